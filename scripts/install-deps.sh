@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs, with apt-get, whatever SPACE needs to build, run and test that is missing.
+# Idempotent and quiet when everything is present. Needs root (or sudo) on Debian 12.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libboost-dev libboost-system-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
+  libsodium-dev libexpected-dev libarchive-dev libzstd-dev libsqlite3-dev libcurl4-openssl-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  crun runc btrfs-progs busybox-static util-linux iproute2 procps curl python3
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

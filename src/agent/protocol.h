@@ -1,0 +1,96 @@
+// agent/protocol: the framed channel between spaced and space-agent (docs/agent-protocol.md).
+//
+// Shared by the host side (core/) and the in-sandbox agent. Pure functions and a
+// byte-stream decoder: no I/O, no threads. A FrameDecoder is not thread-safe; use one
+// per connection. Every decode path validates its input: frames come from code that may
+// be hostile (the agent runs inside the sandbox) and must never crash the reader.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "common/common.h"
+
+namespace space::agent {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr size_t kHeaderSize = 9;                  // u32 length | u8 type | u32 stream
+inline constexpr uint32_t kMaxPayload = 4u << 20;         // larger frames are a protocol error
+inline constexpr uint32_t kMaxDataChunk = 1u << 20;       // agent sends output in chunks <= this
+inline constexpr uint64_t kOutputWindow = 8ull << 20;     // unacknowledged bytes per output fd
+inline constexpr uint32_t kMaxFileChunk = 2u << 20;       // read/write body per request
+
+enum class FrameType : uint8_t {
+  kHello = 1,     // agent -> host, stream 0, JSON
+  kRequest = 2,   // host -> agent, stream = request id, message (JSON + body)
+  kResponse = 3,  // agent -> host, stream = request id, message (JSON + body)
+  kStdout = 4,    // agent -> host, stream = command stream, u64 offset | bytes
+  kStderr = 5,    // agent -> host, same
+  kExit = 6,      // agent -> host, stream = command stream, JSON
+  kAck = 7,       // host -> agent, stream = command stream, u8 fd | u64 offset
+  kStdin = 8,     // host -> agent, stream = command stream, bytes; empty = close stdin
+};
+
+bool IsKnownFrameType(uint8_t t);
+
+struct Frame {
+  FrameType type;
+  uint32_t stream = 0;
+  std::string payload;
+};
+
+// Appends the encoded frame to `out`.
+void EncodeFrame(FrameType type, uint32_t stream, std::string_view payload, std::string* out);
+std::string EncodeFrame(FrameType type, uint32_t stream, std::string_view payload);
+
+// Incremental decoder: Feed() bytes as they arrive, then Next() until it returns nullopt.
+// After an error the decoder stays failed (the connection must be closed).
+class FrameDecoder {
+ public:
+  void Feed(std::string_view bytes) { buf_.append(bytes.data(), bytes.size()); }
+  // Returns the next complete frame, nullopt if more bytes are needed, or an error for
+  // an oversized frame or an unknown type.
+  Result<std::optional<Frame>> Next();
+  size_t buffered() const { return buf_.size() - pos_; }
+
+ private:
+  std::string buf_;
+  size_t pos_ = 0;
+  std::optional<Error> failed_;
+};
+
+// A request/response message: u32 json_len | JSON object | body bytes.
+struct Message {
+  nlohmann::json json;
+  std::string body;
+};
+std::string EncodeMessage(const nlohmann::json& json, std::string_view body = {});
+Result<Message> DecodeMessage(std::string_view payload);
+
+// Output data: u64 offset | bytes.
+struct DataChunk {
+  uint64_t offset = 0;
+  std::string_view bytes;   // points into the payload
+};
+std::string EncodeData(uint64_t offset, std::string_view bytes);
+Result<DataChunk> DecodeData(std::string_view payload);
+
+// Acknowledgement: u8 fd (1 stdout, 2 stderr, 0 exit) | u64 offset (bytes durable below it).
+struct Ack {
+  uint8_t fd = 0;
+  uint64_t offset = 0;
+};
+std::string EncodeAck(uint8_t fd, uint64_t offset);
+Result<Ack> DecodeAck(std::string_view payload);
+
+// Builds an error response JSON: {"ok":false,"error":{"code":..,"message":..}}.
+nlohmann::json ErrorJson(const Error& e);
+// Turns a response JSON back into an Error if it is one.
+std::optional<Error> ErrorFromJson(const nlohmann::json& j);
+
+}  // namespace space::agent

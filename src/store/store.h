@@ -1,0 +1,146 @@
+// store: SPACE's durable state — SQLite records and per-command output logs.
+//
+// Store wraps one SQLite database (WAL, synchronous=FULL, foreign keys on) holding
+// sandboxes, commands, operations, templates and settings. Every Put is durable when it
+// returns. Thread-safe: one connection guarded by a mutex (SQLite work here is tiny).
+//
+// OutputLog is the append-only record of one command's output: one file per stream
+// (`<dir>/<command>.stdout`, `.stderr`). Append() is idempotent with respect to offsets
+// (re-sent bytes are skipped), which is what makes the agent's retransmission after a
+// daemon restart safe. Not thread-safe: one writer (the sandbox's agent reader) and any
+// number of readers that open the files themselves (ReadOutput()).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/common.h"
+#include "common/json.h"
+#include "sys/sys.h"
+
+struct sqlite3;
+
+namespace space::store {
+
+struct SandboxRecord {
+  std::string id;
+  std::string template_ref;      // as asked, e.g. "base:latest"
+  std::string template_digest;   // resolved
+  std::string runtime;           // "oci", "microvm"
+  std::string state;             // creating|running|paused|suspended|deleting|deleted|error
+  std::string reason;            // for error (and other states when useful)
+  Json spec = Json::object();    // limits, env, network, workdir, user, timeout...
+  Json metadata = Json::object();  // user labels, string -> string
+  uint32_t next_stream = 1;      // next agent stream id to hand out
+  int64_t created_ms = 0;
+  int64_t updated_ms = 0;
+};
+
+struct CommandRecord {
+  std::string id;                // "cmd-..."
+  std::string sandbox_id;
+  uint32_t stream = 0;           // agent stream id
+  Json spec = Json::object();    // argv/shell, env, cwd, user, stdin, timeout_ms
+  std::string state;             // starting|running|exited|failed|lost
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  bool timed_out = false;
+  std::string reason;            // for failed/lost
+  int64_t pid = 0;
+  int64_t started_ms = 0;
+  int64_t ended_ms = 0;
+};
+
+struct OperationRecord {
+  std::string id;                // "op-..."
+  std::string kind;              // create|delete|pause|...
+  std::string target;            // sandbox id (or template ref)
+  std::string state;             // pending|running|succeeded|failed
+  Json request = Json::object(); // what was asked (for finishing after a restart)
+  Json result = Json::object();
+  std::string error_code;        // ErrcName when failed
+  std::string error_message;
+  int64_t created_ms = 0;
+  int64_t updated_ms = 0;
+};
+
+struct TemplateRecord {
+  std::string name;              // "base"
+  std::string tag;               // "latest"
+  std::string digest;            // "sha256:<hex>"
+  Json config = Json::object();  // env, workdir, user
+  int64_t created_ms = 0;
+};
+
+class Store {
+ public:
+  // Opens (creating if needed) the database at `path` and applies migrations.
+  [[nodiscard]] static Result<std::unique_ptr<Store>> Open(const std::string& path);
+  ~Store();
+
+  [[nodiscard]] Status PutSandbox(const SandboxRecord& r);          // insert or replace
+  [[nodiscard]] Result<SandboxRecord> GetSandbox(const std::string& id);   // kNotFound
+  [[nodiscard]] Result<std::vector<SandboxRecord>> ListSandboxes();        // by created_ms
+  [[nodiscard]] Status DeleteSandbox(const std::string& id);        // also its commands; ok if missing
+  // Atomically returns next_stream and increments it.
+  [[nodiscard]] Result<uint32_t> AllocateStream(const std::string& sandbox_id);
+
+  [[nodiscard]] Status PutCommand(const CommandRecord& r);
+  [[nodiscard]] Result<CommandRecord> GetCommand(const std::string& sandbox_id, const std::string& id);
+  [[nodiscard]] Result<std::vector<CommandRecord>> ListCommands(const std::string& sandbox_id);
+
+  [[nodiscard]] Status PutOperation(const OperationRecord& r);
+  [[nodiscard]] Result<OperationRecord> GetOperation(const std::string& id);
+  // Newest first; `limit` 0 = all. Filter by state when non-empty.
+  [[nodiscard]] Result<std::vector<OperationRecord>> ListOperations(size_t limit = 0,
+                                                                   const std::string& state = "");
+
+  [[nodiscard]] Status PutTemplate(const TemplateRecord& r);        // key (name, tag)
+  [[nodiscard]] Result<TemplateRecord> GetTemplate(const std::string& name, const std::string& tag);
+  [[nodiscard]] Result<TemplateRecord> GetTemplateByDigest(const std::string& digest);
+  [[nodiscard]] Result<std::vector<TemplateRecord>> ListTemplates();
+
+  [[nodiscard]] Result<std::optional<std::string>> GetSetting(const std::string& key);
+  [[nodiscard]] Status PutSetting(const std::string& key, const std::string& value);
+
+ private:
+  explicit Store(sqlite3* db) : db_(db) {}
+  std::mutex mu_;
+  sqlite3* db_;
+};
+
+enum class OutputStream : uint8_t { kStdout = 1, kStderr = 2 };
+std::string_view OutputStreamName(OutputStream s);   // "stdout" / "stderr"
+
+class OutputLog {
+ public:
+  // Opens (creating) `<dir>/<command_id>.stdout|.stderr`; `dir` is created if missing.
+  [[nodiscard]] static Result<std::unique_ptr<OutputLog>> Open(const std::string& dir,
+                                                               const std::string& command_id);
+  // Stores bytes that start at `offset` of the stream. Bytes below the current size are
+  // skipped (already stored); offset > size is an error (a gap). Returns the new size.
+  // Data is write()n (in the page cache) before this returns: it survives a daemon crash.
+  [[nodiscard]] Result<uint64_t> Append(OutputStream s, uint64_t offset, std::string_view bytes);
+  uint64_t Size(OutputStream s) const;
+  // fdatasync both files (called when the command ends).
+  [[nodiscard]] Status Sync();
+
+ private:
+  sys::UniqueFd fds_[2];
+  uint64_t sizes_[2] = {0, 0};
+};
+
+// Path of a command's log file for stream s.
+std::string OutputPath(const std::string& dir, const std::string& command_id, OutputStream s);
+// Reads up to `max` bytes at `offset` from a stream's log file; empty at/after EOF;
+// a missing file reads as empty.
+[[nodiscard]] Result<std::string> ReadOutput(const std::string& dir, const std::string& command_id,
+                                             OutputStream s, uint64_t offset, size_t max);
+// Current size of a stream's log file (0 if missing).
+uint64_t OutputSize(const std::string& dir, const std::string& command_id, OutputStream s);
+
+}  // namespace space::store

@@ -1,0 +1,122 @@
+// sys: thin RAII wrappers over the kernel objects SPACE holds — file descriptors,
+// child processes, temporary directories, mounts — and a helper to run a program.
+//
+// Every wrapper owns exactly one object and releases it in its destructor unless
+// Release()d. Constructors never fail; fallible construction is a static Create()/Open()
+// returning Result. Objects are movable, not copyable, and not thread-safe individually.
+// Everything is opened O_CLOEXEC.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/common.h"
+
+namespace space::sys {
+
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.Release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { Reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  explicit operator bool() const { return valid(); }
+  int Release() { int f = fd_; fd_ = -1; return f; }
+  void Reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// open(2) with O_CLOEXEC added.
+Result<UniqueFd> Open(const std::string& path, int flags, mode_t mode = 0644);
+
+// Writes all of `data`, retrying on EINTR and short writes.
+Status WriteAll(int fd, std::string_view data);
+// Reads until EOF.
+Result<std::string> ReadAll(int fd);
+Result<std::string> ReadFile(const std::string& path);
+// Writes a file atomically: temp file in the same dir, fsync, rename, fsync dir.
+Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode = 0644);
+
+// A running child process. The destructor SIGKILLs and reaps it unless Release()d or Wait()ed.
+class ChildProcess {
+ public:
+  ChildProcess() = default;
+  explicit ChildProcess(pid_t pid) : pid_(pid) {}
+  ChildProcess(ChildProcess&& o) noexcept : pid_(o.Release()) {}
+  ChildProcess& operator=(ChildProcess&& o) noexcept;
+  ~ChildProcess();
+
+  pid_t pid() const { return pid_; }
+  pid_t Release() { pid_t p = pid_; pid_ = -1; return p; }
+  // Blocks until the child exits; returns the raw wait status.
+  Result<int> Wait();
+
+ private:
+  pid_t pid_ = -1;
+};
+
+struct SpawnOptions {
+  std::vector<std::string> argv;           // argv[0] is looked up in PATH if it has no '/'
+  std::optional<std::vector<std::string>> env;  // nullopt: inherit
+  std::string cwd;                          // empty: inherit
+  int mount_ns_fd = -1;                     // setns(CLONE_NEWNS) in the child before exec
+  bool new_session = false;                 // setsid() in the child
+  int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  // -1: /dev/null
+};
+
+// fork+exec with the options above. Errors in the child before exec are reported back
+// through a CLOEXEC pipe, so a bad argv[0] is an error here, not a silent exit 127.
+Result<ChildProcess> Spawn(const SpawnOptions& opts);
+
+struct RunResult {
+  int exit_code = -1;   // -1 when killed by a signal
+  int signal = 0;
+  std::string out, err;
+  bool ok() const { return exit_code == 0; }
+};
+
+// Runs a program to completion, capturing stdout and stderr (each capped at 1 MiB).
+// A non-zero exit is not an error here; callers decide (see RunChecked).
+Result<RunResult> Run(SpawnOptions opts, int64_t timeout_ms = 60000);
+// Like Run, but a non-zero exit becomes an error "argv0 args: exit N: stderr".
+Result<RunResult> RunChecked(SpawnOptions opts, int64_t timeout_ms = 60000);
+
+// A directory removed recursively on destruction.
+class TempDir {
+ public:
+  static Result<TempDir> Create(const std::string& parent = "/tmp", const std::string& prefix = "space-");
+  TempDir() = default;
+  TempDir(TempDir&& o) noexcept : path_(std::move(o.path_)) { o.path_.clear(); }
+  TempDir& operator=(TempDir&& o) noexcept;
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit TempDir(std::string p) : path_(std::move(p)) {}
+  std::string path_;
+};
+
+// Filesystem helpers.
+Status MkdirAll(const std::string& path, mode_t mode = 0755);
+Status RemoveAll(const std::string& path);   // does not cross mount points; ok if missing
+bool Exists(const std::string& path);
+bool IsMountPoint(const std::string& path);
+// Mount points at or below `prefix`, deepest first (from /proc/self/mountinfo).
+std::vector<std::string> MountsUnder(const std::string& prefix);
+Result<std::string> RealPath(const std::string& path);
+// Absolute path of the running executable's directory (for finding sibling binaries).
+std::string SelfExeDir();
+
+}  // namespace space::sys
