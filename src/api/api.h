@@ -1,0 +1,44 @@
+// api: SPACE's HTTP/1.1 server (JSON, long-poll, SSE and a binary stream) over core::Platform.
+//
+// The API layer only parses and validates requests into core calls and renders their
+// results; it makes no syscalls of its own beyond sockets. Server owns its io threads and
+// a pool for blocking core calls. Start() returns once the socket is bound; Stop() is
+// idempotent and thread-safe; the destructor stops.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/common.h"
+#include "core/core.h"
+
+namespace space::api {
+
+struct ServerOptions {
+  std::string address = "127.0.0.1";
+  uint16_t port = 7070;             // 0 = pick a free port
+  std::string api_key;              // required on every route but /healthz
+  int io_threads = 2;
+  int blocking_threads = 16;
+  size_t max_json_body = 1 << 20;
+};
+
+class Server {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<Server>> Start(core::Platform* platform,
+                                                             ServerOptions opts);
+  ~Server();
+  uint16_t port() const;
+  void Stop();
+  // Blocks until Stop() is called (from another thread or a signal handler thread).
+  void Wait();
+
+  struct Impl;
+
+ private:
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace space::api

@@ -1,0 +1,127 @@
+// api/http: Beast plumbing shared by the server and its route files (api/ only).
+//
+// A Ctx is one request on one connection: it knows how to read the body (bounded, or as
+// a stream), reply with JSON or an error, stream a chunked response, run a blocking core
+// call on the server's pool, and wait for a core notification. Each connection runs on
+// its own strand, so a Ctx is only touched by one thread at a time.
+#pragma once
+
+// Boost 1.74's awaitable.hpp uses std::exchange without including <utility>.
+#include <utility>
+
+#include <boost/asio.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <map>
+#include <set>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/api.h"
+#include "api/views.h"
+#include "common/json.h"
+#include "core/core.h"
+
+namespace space::api {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+template <class T>
+using Awaitable = asio::awaitable<T>;
+
+struct Ctx {
+  core::Platform* platform;
+  asio::thread_pool* pool;
+  const ServerOptions* opts;
+  beast::tcp_stream* stream;
+  beast::flat_buffer* buffer;
+  http::request_parser<http::empty_body>* parser;   // header already read
+  std::string method;
+  std::string path;                                 // without the query
+  std::vector<std::string> segments;                // path split on '/'
+  std::multimap<std::string, std::string> query;
+  bool keep_alive = true;
+  bool body_consumed = false;
+
+  const http::request<http::empty_body>& req() const { return parser->get(); }
+  std::string Query(const std::string& key, const std::string& def = "") const;
+  std::vector<std::string> QueryAll(const std::string& key) const;
+  std::string Header(http::field f) const;
+
+  // Reads the whole body, up to `limit` bytes (413 beyond).
+  Awaitable<Result<std::string>> ReadBody(size_t limit);
+  // Reads the body in pieces, calling `sink` for each (which may fail and stop the read).
+  // Answers 413 if the body is larger than `limit`.
+  Awaitable<Status> ReadBodyStream(size_t limit,
+                                   const std::function<Awaitable<Status>(std::string_view)>& sink);
+  // Parses the body as a JSON object (empty body = {}).
+  Awaitable<Result<Json>> ReadJson();
+
+  Awaitable<void> Reply(int status, const Json& body,
+                        const std::vector<std::pair<std::string, std::string>>& headers = {});
+  Awaitable<void> ReplyBytes(int status, std::string body, const std::string& content_type,
+                             const std::vector<std::pair<std::string, std::string>>& headers = {});
+  Awaitable<void> ReplyError(const Error& e);
+
+  // Chunked streaming responses.
+  Awaitable<void> StartChunked(int status, const std::string& content_type,
+                               const std::vector<std::pair<std::string, std::string>>& headers = {});
+  Awaitable<void> WriteChunk(std::string_view data);
+  Awaitable<void> EndChunked();
+
+  // Runs fn() on the blocking pool and resumes on this connection's strand.
+  template <class F>
+  Awaitable<std::invoke_result_t<F>> Blocking(F fn) {
+    using R = std::invoke_result_t<F>;
+    auto ex = co_await asio::this_coro::executor;
+    co_return co_await asio::async_initiate<decltype(asio::use_awaitable), void(R)>(
+        [pool = pool, ex, fn = std::move(fn)](auto handler) mutable {
+          asio::post(*pool, [ex, fn = std::move(fn), handler = std::move(handler)]() mutable {
+            R r = fn();
+            asio::post(ex, [handler = std::move(handler), r = std::move(r)]() mutable {
+              handler(std::move(r));
+            });
+          });
+        },
+        asio::use_awaitable);
+  }
+
+  // Watches a notifier key: Arm() before checking a condition, then Wait() until the key
+  // fires or the deadline passes (no lost wake-ups between the check and the wait).
+  class Watcher {
+   public:
+    Watcher(Ctx& ctx, std::string key);
+    void Arm();
+    // Returns false when the deadline passed without a notification.
+    Awaitable<bool> Wait(int64_t deadline_ns);
+
+   private:
+    Ctx& ctx_;
+    std::string key_;
+    std::shared_ptr<asio::steady_timer> timer_;
+    std::shared_ptr<bool> fired_;
+    std::shared_ptr<void> handle_;
+  };
+
+  std::optional<std::pair<http::response<http::empty_body>,
+                          std::unique_ptr<http::response_serializer<http::empty_body>>>>
+      chunked_;
+};
+
+// Parses ?wait=30s (capped at 5 minutes); 0 if absent; -1 if malformed.
+int64_t WaitMillis(const Ctx& ctx);
+
+// Route groups (routes_*.cc). Each returns true if it handled the request.
+Awaitable<bool> RouteSandboxes(Ctx& ctx);
+Awaitable<bool> RouteCommands(Ctx& ctx);
+Awaitable<bool> RouteFiles(Ctx& ctx);
+
+}  // namespace space::api

@@ -1,0 +1,367 @@
+// Routes: /v1/sandboxes/{id}/commands — start, status, output (raw, long-poll, SSE, mux),
+// stdin and signals.
+#include <csignal>
+
+#include <boost/beast/core/detail/base64.hpp>
+
+#include "api/http.h"
+
+namespace space::api {
+
+namespace {
+
+using store::OutputStream;
+
+Result<core::CommandRequest> ParseCommand(const Json& body) {
+  core::CommandRequest req;
+  for (const auto& [k, v] : body.items()) {
+    static const std::set<std::string> kKnown = {"argv", "cmd", "env", "cwd", "user", "stdin", "timeout"};
+    if (!kKnown.count(k)) return Fail(Errc::kInvalidArgument, "unknown field \"" + k + "\"");
+  }
+  if (const Json* a = JsonField(body, "argv")) {
+    if (!a->is_array()) return Fail(Errc::kInvalidArgument, "argv must be an array of strings");
+    for (const auto& e : *a) {
+      if (!e.is_string()) return Fail(Errc::kInvalidArgument, "argv must be an array of strings");
+      req.argv.push_back(e.get<std::string>());
+    }
+    if (req.argv.empty()) return Fail(Errc::kInvalidArgument, "argv must not be empty");
+  }
+  if (const Json* c = JsonField(body, "cmd")) {
+    if (!c->is_string()) return Fail(Errc::kInvalidArgument, "cmd must be a string");
+    req.shell = c->get<std::string>();
+    if (req.shell.empty()) return Fail(Errc::kInvalidArgument, "cmd must not be empty");
+  }
+  if (const Json* e = JsonField(body, "env")) {
+    if (!e->is_object()) return Fail(Errc::kInvalidArgument, "env must be an object");
+    for (const auto& [k, v] : e->items()) {
+      if (!v.is_string()) return Fail(Errc::kInvalidArgument, "env." + k + " must be a string");
+      req.env[k] = v.get<std::string>();
+    }
+  }
+  if (const Json* c = JsonField(body, "cwd")) {
+    if (!c->is_string()) return Fail(Errc::kInvalidArgument, "cwd must be a string");
+    req.cwd = c->get<std::string>();
+  }
+  if (const Json* u = JsonField(body, "user")) {
+    if (u->is_string()) {
+      req.user = u->get<std::string>();
+    } else if (u->is_number_unsigned()) {
+      req.user = std::to_string(u->get<uint64_t>());
+    } else {
+      return Fail(Errc::kInvalidArgument, "user must be a name or a uid");
+    }
+  }
+  if (const Json* s = JsonField(body, "stdin")) {
+    if (!s->is_boolean()) return Fail(Errc::kInvalidArgument, "stdin must be a boolean");
+    req.stdin = s->get<bool>();
+  }
+  if (const Json* t = JsonField(body, "timeout")) {
+    if (!t->is_number() || t->get<double>() < 0 || t->get<double>() > 1e7)
+      return Fail(Errc::kInvalidArgument, "timeout must be a number of seconds (0 = none)");
+    req.timeout_ms = static_cast<int64_t>(t->get<double>() * 1000);
+  }
+  if (req.argv.empty() == req.shell.empty())
+    return Fail(Errc::kInvalidArgument, "give exactly one of argv or cmd");
+  return req;
+}
+
+Result<int> ParseSignal(const Json& body) {
+  const Json* s = JsonField(body, "signal");
+  if (!s) return Fail(Errc::kInvalidArgument, "signal is required");
+  if (s->is_number_integer()) {
+    int64_t n = s->get<int64_t>();
+    if (n < 1 || n > 64) return Fail(Errc::kInvalidArgument, "signal must be 1..64");
+    return static_cast<int>(n);
+  }
+  if (!s->is_string()) return Fail(Errc::kInvalidArgument, "signal must be a name or a number");
+  std::string name = s->get<std::string>();
+  if (StartsWith(name, "SIG")) name = name.substr(3);
+  static const std::map<std::string, int> kNames = {
+      {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"KILL", SIGKILL},
+      {"TERM", SIGTERM}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"STOP", SIGSTOP},
+      {"CONT", SIGCONT}, {"ALRM", SIGALRM}, {"PIPE", SIGPIPE}, {"WINCH", SIGWINCH}};
+  auto it = kNames.find(name);
+  if (it == kNames.end()) return Fail(Errc::kInvalidArgument, "unknown signal \"" + name + "\"");
+  return it->second;
+}
+
+Result<uint64_t> ParseOffset(const Ctx& ctx, const std::string& key) {
+  std::string v = ctx.Query(key, "0");
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+  if (v.empty() || *end || errno || v[0] == '-')
+    return Fail(Errc::kInvalidArgument, key + " must be a non-negative integer");
+  return static_cast<uint64_t>(n);
+}
+
+std::string Base64(std::string_view s) {
+  namespace b64 = beast::detail::base64;
+  std::string out(b64::encoded_size(s.size()), '\0');
+  out.resize(b64::encode(out.data(), s.data(), s.size()));
+  return out;
+}
+
+void PutU32(std::string* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+constexpr size_t kReadChunk = 1 << 20;
+
+// Streams both outputs of a command until it ends: `emit(stream, offset, bytes)` for data,
+// then `finish(info)`. Shared by the SSE and mux formats.
+Awaitable<void> StreamOutput(
+    Ctx& ctx, const std::string& sb, const std::string& cid, uint64_t out_off, uint64_t err_off,
+    const std::function<Awaitable<void>(OutputStream, uint64_t, std::string_view)>& emit,
+    const std::function<Awaitable<void>(const core::CommandInfo&)>& finish,
+    const std::function<Awaitable<void>()>& keepalive) {
+  core::Platform* p = ctx.platform;
+  Ctx::Watcher w(ctx, "cmd:" + sb + ":" + cid);
+  for (;;) {
+    w.Arm();
+    // Read the state first: if the command had ended, all its output is already stored.
+    auto info = p->GetCommand(sb, cid);
+    if (!info) co_return;
+    bool progressed = false;
+    for (OutputStream s : {OutputStream::kStdout, OutputStream::kStderr}) {
+      uint64_t& off = s == OutputStream::kStdout ? out_off : err_off;
+      for (int i = 0; i < 8; ++i) {
+        auto data = p->ReadOutput(sb, cid, s, off, kReadChunk);
+        if (!data || data->empty()) break;
+        co_await emit(s, off, *data);
+        off += data->size();
+        progressed = true;
+        if (data->size() < kReadChunk) break;
+      }
+    }
+    if (progressed) continue;
+    if (info->ended()) {
+      co_await finish(*info);
+      co_return;
+    }
+    if (!co_await w.Wait(MonotonicNanos() + 15'000'000'000ll)) co_await keepalive();
+  }
+}
+
+}  // namespace
+
+Awaitable<bool> RouteCommands(Ctx& ctx) {
+  const auto& s = ctx.segments;
+  if (s.size() < 4 || s[1] != "sandboxes" || s[3] != "commands") co_return false;
+  core::Platform* p = ctx.platform;
+  const std::string sb = s[2];
+
+  if (s.size() == 4) {
+    if (ctx.method == "POST") {
+      auto body = co_await ctx.ReadJson();
+      if (!body) {
+        co_await ctx.ReplyError(body.error());
+        co_return true;
+      }
+      auto req = ParseCommand(*body);
+      if (!req) {
+        co_await ctx.ReplyError(req.error());
+        co_return true;
+      }
+      auto info = co_await ctx.Blocking([&] { return p->StartCommand(sb, *req); });
+      if (!info) {
+        co_await ctx.ReplyError(info.error());
+        co_return true;
+      }
+      {
+        Json reply_body = {{"id", info->record.id}, {"command", CommandJson(*info)}};
+        co_await ctx.Reply(201, reply_body);
+      }
+      co_return true;
+    }
+    if (ctx.method == "GET") {
+      auto list = co_await ctx.Blocking([&] { return p->ListCommands(sb); });
+      if (!list) {
+        co_await ctx.ReplyError(list.error());
+        co_return true;
+      }
+      Json arr = Json::array();
+      for (const auto& c : *list) arr.push_back(CommandJson(c));
+      {
+        Json reply_body = {{"commands", arr}};
+        co_await ctx.Reply(200, reply_body);
+      }
+      co_return true;
+    }
+    co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "method not allowed"});
+    co_return true;
+  }
+
+  const std::string cid = s[4];
+  if (s.size() == 5 && ctx.method == "GET") {
+    int64_t wait_ms = WaitMillis(ctx);
+    if (wait_ms < 0) {
+      co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "bad wait duration"});
+      co_return true;
+    }
+    int64_t deadline = MonotonicNanos() + wait_ms * 1000000;
+    Ctx::Watcher w(ctx, "cmd:" + sb + ":" + cid);
+    for (;;) {
+      w.Arm();
+      auto info = co_await ctx.Blocking([&] { return p->GetCommand(sb, cid); });
+      if (!info) {
+        co_await ctx.ReplyError(info.error());
+        co_return true;
+      }
+      if (info->ended() || MonotonicNanos() >= deadline) {
+        co_await ctx.Reply(200, CommandJson(*info));
+        co_return true;
+      }
+      co_await w.Wait(deadline);
+    }
+  }
+
+  if (s.size() == 6 && s[5] == "output" && ctx.method == "GET") {
+    auto first = co_await ctx.Blocking([&] { return p->GetCommand(sb, cid); });
+    if (!first) {
+      co_await ctx.ReplyError(first.error());
+      co_return true;
+    }
+    std::string accept = ctx.Header(http::field::accept);
+    std::string format = ctx.Query("format");
+    if (format == "mux" || format == "sse" || accept.find("text/event-stream") != std::string::npos) {
+      auto out_off = ParseOffset(ctx, "stdout_offset");
+      auto err_off = ParseOffset(ctx, "stderr_offset");
+      if (!out_off || !err_off) {
+        co_await ctx.ReplyError(!out_off ? out_off.error() : err_off.error());
+        co_return true;
+      }
+      if (format == "mux") {
+        co_await ctx.StartChunked(200, "application/vnd.space.mux");
+        auto emit = [&](OutputStream st, uint64_t, std::string_view data) -> Awaitable<void> {
+          std::string rec;
+          rec.reserve(5 + data.size());
+          rec.push_back(static_cast<char>(st));
+          PutU32(&rec, static_cast<uint32_t>(data.size()));
+          rec.append(data);
+          co_await ctx.WriteChunk(rec);
+        };
+        auto finish = [&](const core::CommandInfo& info) -> Awaitable<void> {
+          std::string j = CommandJson(info).dump();
+          std::string rec(1, '\3');
+          PutU32(&rec, static_cast<uint32_t>(j.size()));
+          rec += j;
+          co_await ctx.WriteChunk(rec);
+        };
+        auto keepalive = [&]() -> Awaitable<void> { co_return; };
+        co_await StreamOutput(ctx, sb, cid, *out_off, *err_off, emit, finish, keepalive);
+        co_await ctx.EndChunked();
+        co_return true;
+      }
+      co_await ctx.StartChunked(200, "text/event-stream");
+      auto emit = [&](OutputStream st, uint64_t off, std::string_view data) -> Awaitable<void> {
+        std::string name(store::OutputStreamName(st));
+        Json j = {{"offset", off}, {"data", Base64(data)}};
+        co_await ctx.WriteChunk("event: " + name + "\nid: " + name + ":" +
+                                std::to_string(off + data.size()) + "\ndata: " + j.dump() + "\n\n");
+      };
+      auto finish = [&](const core::CommandInfo& info) -> Awaitable<void> {
+        co_await ctx.WriteChunk("event: exit\ndata: " + CommandJson(info).dump() + "\n\n");
+      };
+      auto keepalive = [&]() -> Awaitable<void> { co_await ctx.WriteChunk(": keepalive\n\n"); };
+      co_await StreamOutput(ctx, sb, cid, *out_off, *err_off, emit, finish, keepalive);
+      co_await ctx.EndChunked();
+      co_return true;
+    }
+
+    // Plain read, optionally long-polling for new bytes.
+    std::string sname = ctx.Query("stream", "stdout");
+    if (sname != "stdout" && sname != "stderr") {
+      co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "stream must be stdout or stderr"});
+      co_return true;
+    }
+    OutputStream st = sname == "stdout" ? OutputStream::kStdout : OutputStream::kStderr;
+    auto off = ParseOffset(ctx, "offset");
+    if (!off) {
+      co_await ctx.ReplyError(off.error());
+      co_return true;
+    }
+    size_t limit = 8u << 20;
+    if (auto l = ctx.Query("limit"); !l.empty()) {
+      char* end = nullptr;
+      unsigned long long n = std::strtoull(l.c_str(), &end, 10);
+      if (*end || n == 0 || l[0] == '-') {
+        co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "limit must be a positive integer"});
+        co_return true;
+      }
+      limit = std::min<size_t>(n, 64u << 20);
+    }
+    int64_t wait_ms = WaitMillis(ctx);
+    if (wait_ms < 0) {
+      co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "bad wait duration"});
+      co_return true;
+    }
+    int64_t deadline = MonotonicNanos() + wait_ms * 1000000;
+    Ctx::Watcher w(ctx, "cmd:" + sb + ":" + cid);
+    for (;;) {
+      w.Arm();
+      auto info = p->GetCommand(sb, cid);
+      if (!info) {
+        co_await ctx.ReplyError(info.error());
+        co_return true;
+      }
+      auto data = p->ReadOutput(sb, cid, st, *off, limit);
+      if (!data) {
+        co_await ctx.ReplyError(data.error());
+        co_return true;
+      }
+      if (!data->empty() || info->ended() || MonotonicNanos() >= deadline) {
+        std::vector<std::pair<std::string, std::string>> headers = {
+            {"Space-Next-Offset", std::to_string(*off + data->size())},
+            {"Space-Command-State", info->record.state}};
+        if (info->record.exit_code)
+          headers.emplace_back("Space-Exit-Code", std::to_string(*info->record.exit_code));
+        if (info->record.signal)
+          headers.emplace_back("Space-Signal", std::to_string(*info->record.signal));
+        co_await ctx.ReplyBytes(200, std::move(*data), "application/octet-stream", headers);
+        co_return true;
+      }
+      co_await w.Wait(deadline);
+    }
+  }
+
+  if (s.size() == 6 && s[5] == "stdin" && ctx.method == "POST") {
+    bool eof = ctx.Query("eof") == "1" || ctx.Query("eof") == "true";
+    auto body = co_await ctx.ReadBody(64u << 20);
+    if (!body) {
+      co_await ctx.ReplyError(body.error());
+      co_return true;
+    }
+    auto st = co_await ctx.Blocking([&] { return p->WriteStdin(sb, cid, *body, eof); });
+    if (!st) {
+      co_await ctx.ReplyError(st.error());
+    } else {
+      co_await ctx.Reply(200, Json::object());
+    }
+    co_return true;
+  }
+
+  if (s.size() == 6 && s[5] == "signal" && ctx.method == "POST") {
+    auto body = co_await ctx.ReadJson();
+    if (!body) {
+      co_await ctx.ReplyError(body.error());
+      co_return true;
+    }
+    auto sig = ParseSignal(*body);
+    if (!sig) {
+      co_await ctx.ReplyError(sig.error());
+      co_return true;
+    }
+    auto st = co_await ctx.Blocking([&] { return p->Signal(sb, cid, *sig); });
+    if (!st) {
+      co_await ctx.ReplyError(st.error());
+    } else {
+      co_await ctx.Reply(200, Json::object());
+    }
+    co_return true;
+  }
+  co_await ctx.ReplyError(Error{Errc::kNotFound, 0, "no route " + ctx.method + " " + ctx.path});
+  co_return true;
+}
+
+}  // namespace space::api

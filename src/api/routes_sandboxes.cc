@@ -1,0 +1,264 @@
+// Routes: /v1/sandboxes (lifecycle), /v1/operations, /v1/templates.
+#include "api/http.h"
+
+namespace space::api {
+
+namespace {
+
+Result<std::map<std::string, std::string>> StringMap(const Json& body, const char* key) {
+  std::map<std::string, std::string> out;
+  const Json* f = JsonField(body, key);
+  if (!f) return out;
+  if (!f->is_object()) return Fail(Errc::kInvalidArgument, std::string(key) + " must be an object");
+  for (const auto& [k, v] : f->items()) {
+    if (!v.is_string())
+      return Fail(Errc::kInvalidArgument, std::string(key) + "." + k + " must be a string");
+    out[k] = v.get<std::string>();
+  }
+  return out;
+}
+
+Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
+  core::CreateSandboxRequest req;
+  for (const auto& [k, v] : body.items()) {
+    static const std::set<std::string> kKnown = {"template", "runtime", "limits", "env",
+                                                 "metadata", "network", "timeout"};
+    if (!kKnown.count(k)) return Fail(Errc::kInvalidArgument, "unknown field \"" + k + "\"");
+  }
+  if (const Json* t = JsonField(body, "template")) {
+    if (!t->is_string()) return Fail(Errc::kInvalidArgument, "template must be a string");
+    req.template_ref = t->get<std::string>();
+  }
+  if (const Json* r = JsonField(body, "runtime")) {
+    if (!r->is_string()) return Fail(Errc::kInvalidArgument, "runtime must be a string");
+    req.runtime = r->get<std::string>();
+  }
+  if (const Json* l = JsonField(body, "limits")) {
+    if (!l->is_object()) return Fail(Errc::kInvalidArgument, "limits must be an object");
+    for (const auto& [k, v] : l->items()) {
+      if (k == "cpus") {
+        if (!v.is_number()) return Fail(Errc::kInvalidArgument, "limits.cpus must be a number");
+        req.limits.cpus = v.get<double>();
+        continue;
+      }
+      if (!v.is_number_integer() || v.get<int64_t>() < 0)
+        return Fail(Errc::kInvalidArgument, "limits." + k + " must be a non-negative integer");
+      int64_t n = v.get<int64_t>();
+      if (k == "memory_bytes") {
+        req.limits.memory_bytes = n;
+      } else if (k == "pids") {
+        req.limits.pids = n;
+      } else if (k == "disk_bytes") {
+        req.limits.disk_bytes = n;
+      } else {
+        return Fail(Errc::kInvalidArgument, "unknown limit \"" + k + "\"");
+      }
+    }
+  }
+  auto env = StringMap(body, "env");
+  if (!env) return tl::unexpected(env.error());
+  req.env = std::move(*env);
+  auto meta = StringMap(body, "metadata");
+  if (!meta) return tl::unexpected(meta.error());
+  req.metadata = std::move(*meta);
+  if (const Json* n = JsonField(body, "network")) {
+    if (!n->is_boolean()) return Fail(Errc::kInvalidArgument, "network must be a boolean");
+    req.network = n->get<bool>();
+  }
+  return req;
+}
+
+bool Finished(const store::OperationRecord& op) {
+  return op.state == "succeeded" || op.state == "failed";
+}
+
+// Waits until an operation finishes or the deadline passes; returns its latest record.
+Awaitable<Result<store::OperationRecord>> AwaitOperation(Ctx& ctx, const std::string& id,
+                                                         int64_t wait_ms) {
+  int64_t deadline = MonotonicNanos() + wait_ms * 1000000;
+  Ctx::Watcher w(ctx, "op:" + id);
+  for (;;) {
+    w.Arm();
+    auto op = co_await ctx.Blocking([&] { return ctx.platform->GetOperation(id); });
+    if (!op || Finished(*op) || MonotonicNanos() >= deadline) co_return op;
+    co_await w.Wait(deadline);
+  }
+}
+
+}  // namespace
+
+Awaitable<bool> RouteSandboxes(Ctx& ctx) {
+  const auto& s = ctx.segments;
+  core::Platform* p = ctx.platform;
+  int64_t wait_ms = WaitMillis(ctx);
+  if (wait_ms < 0) {
+    co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "bad wait duration \"" + ctx.Query("wait") + "\""});
+    co_return true;
+  }
+
+  if (s.size() == 2 && s[1] == "sandboxes") {
+    if (ctx.method == "POST") {
+      auto body = co_await ctx.ReadJson();
+      if (!body) {
+        co_await ctx.ReplyError(body.error());
+        co_return true;
+      }
+      auto req = ParseCreate(*body);
+      if (!req) {
+        co_await ctx.ReplyError(req.error());
+        co_return true;
+      }
+      auto created = co_await ctx.Blocking([&] { return p->CreateSandbox(*req); });
+      if (!created) {
+        co_await ctx.ReplyError(created.error());
+        co_return true;
+      }
+      // (No structured bindings here: g++ 12 destroys them twice inside coroutines.)
+      store::OperationRecord op = created->first;
+      store::SandboxRecord sb = created->second;
+      if (wait_ms > 0) {
+        auto done = co_await AwaitOperation(ctx, op.id, wait_ms);
+        if (done) op = *done;
+        auto latest = co_await ctx.Blocking([&] { return p->GetSandbox(sb.id); });
+        if (latest) sb = *latest;
+        if (op.state == "failed") {
+          co_await ctx.ReplyError(Error{ErrcFromName(op.error_code), 0, op.error_message});
+          co_return true;
+        }
+        if (op.state == "succeeded") {
+          {
+            Json reply_body = {{"operation", OperationJson(op)}, {"sandbox", SandboxJson(sb)}};
+            co_await ctx.Reply(201, reply_body);
+          }
+          co_return true;
+        }
+      }
+      {
+        Json reply_body = {{"operation", OperationJson(op)}, {"sandbox", SandboxJson(sb)}};
+        co_await ctx.Reply(202, reply_body);
+      }
+      co_return true;
+    }
+    if (ctx.method == "GET") {
+      core::SandboxFilter f;
+      f.state = ctx.Query("state");
+      for (const auto& l : ctx.QueryAll("label")) {
+        size_t eq = l.find('=');
+        if (eq == std::string::npos || eq == 0) {
+          co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "label filter must be key=value"});
+          co_return true;
+        }
+        f.labels[l.substr(0, eq)] = l.substr(eq + 1);
+      }
+      auto list = co_await ctx.Blocking([&] { return p->ListSandboxes(f); });
+      if (!list) {
+        co_await ctx.ReplyError(list.error());
+        co_return true;
+      }
+      Json arr = Json::array();
+      for (const auto& r : *list) arr.push_back(SandboxJson(r));
+      {
+        Json reply_body = {{"sandboxes", arr}};
+        co_await ctx.Reply(200, reply_body);
+      }
+      co_return true;
+    }
+    co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "method not allowed"});
+    co_return true;
+  }
+
+  if (s.size() == 3 && s[1] == "sandboxes") {
+    const std::string& id = s[2];
+    if (ctx.method == "GET") {
+      auto sb = co_await ctx.Blocking([&] { return p->GetSandbox(id); });
+      if (!sb) {
+        co_await ctx.ReplyError(sb.error());
+      } else {
+        co_await ctx.Reply(200, SandboxJson(*sb));
+      }
+      co_return true;
+    }
+    if (ctx.method == "DELETE") {
+      auto op = co_await ctx.Blocking([&] { return p->DeleteSandbox(id); });
+      if (!op) {
+        co_await ctx.ReplyError(op.error());
+        co_return true;
+      }
+      if (wait_ms > 0) {
+        auto done = co_await AwaitOperation(ctx, op->id, wait_ms);
+        if (done) *op = *done;
+        if (op->state == "failed") {
+          co_await ctx.ReplyError(Error{ErrcFromName(op->error_code), 0, op->error_message});
+          co_return true;
+        }
+        if (op->state == "succeeded") {
+          {
+            Json reply_body = {{"operation", OperationJson(*op)}};
+            co_await ctx.Reply(200, reply_body);
+          }
+          co_return true;
+        }
+      }
+      {
+        Json reply_body = {{"operation", OperationJson(*op)}};
+        co_await ctx.Reply(202, reply_body);
+      }
+      co_return true;
+    }
+    co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "method not allowed"});
+    co_return true;
+  }
+
+  if (s.size() == 2 && s[1] == "operations" && ctx.method == "GET") {
+    int64_t limit = 100;
+    if (auto l = ctx.Query("limit"); !l.empty()) {
+      char* end = nullptr;
+      limit = std::strtoll(l.c_str(), &end, 10);
+      if (*end || limit < 0) {
+        co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "limit must be a number"});
+        co_return true;
+      }
+    }
+    std::string state = ctx.Query("state");
+    auto ops = co_await ctx.Blocking([&] { return p->ListOperations(limit, state); });
+    if (!ops) {
+      co_await ctx.ReplyError(ops.error());
+      co_return true;
+    }
+    Json arr = Json::array();
+    for (const auto& o : *ops) arr.push_back(OperationJson(o));
+    {
+      Json reply_body = {{"operations", arr}};
+      co_await ctx.Reply(200, reply_body);
+    }
+    co_return true;
+  }
+
+  if (s.size() == 3 && s[1] == "operations" && ctx.method == "GET") {
+    auto op = co_await AwaitOperation(ctx, s[2], wait_ms);
+    if (!op) {
+      co_await ctx.ReplyError(op.error());
+    } else {
+      co_await ctx.Reply(200, OperationJson(*op));
+    }
+    co_return true;
+  }
+
+  if (s.size() == 2 && s[1] == "templates" && ctx.method == "GET") {
+    auto ts = co_await ctx.Blocking([&] { return p->ListTemplates(); });
+    if (!ts) {
+      co_await ctx.ReplyError(ts.error());
+      co_return true;
+    }
+    Json arr = Json::array();
+    for (const auto& t : *ts) arr.push_back(TemplateJson(t));
+    {
+      Json reply_body = {{"templates", arr}};
+      co_await ctx.Reply(200, reply_body);
+    }
+    co_return true;
+  }
+  co_return false;
+}
+
+}  // namespace space::api

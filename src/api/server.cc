@@ -1,0 +1,403 @@
+#include <sodium.h>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <thread>
+
+#include "api/http.h"
+
+namespace space::api {
+
+namespace {
+
+std::string PercentDecode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else if (s[i] == '+') {
+      out += ' ';
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+void ParseTarget(std::string_view target, Ctx& ctx) {
+  size_t q = target.find('?');
+  std::string_view path = target.substr(0, q);
+  ctx.path = PercentDecode(path);
+  size_t pos = 0;
+  while (pos < path.size()) {
+    size_t next = path.find('/', pos);
+    if (next == std::string_view::npos) next = path.size();
+    if (next > pos) ctx.segments.push_back(PercentDecode(path.substr(pos, next - pos)));
+    pos = next + 1;
+  }
+  if (q == std::string_view::npos) return;
+  std::string_view qs = target.substr(q + 1);
+  pos = 0;
+  while (pos <= qs.size()) {
+    size_t amp = qs.find('&', pos);
+    if (amp == std::string_view::npos) amp = qs.size();
+    std::string_view kv = qs.substr(pos, amp - pos);
+    if (!kv.empty()) {
+      size_t eq = kv.find('=');
+      std::string k = PercentDecode(kv.substr(0, eq));
+      std::string v = eq == std::string_view::npos ? "" : PercentDecode(kv.substr(eq + 1));
+      ctx.query.emplace(std::move(k), std::move(v));
+    }
+    pos = amp + 1;
+  }
+}
+
+bool Authorized(const Ctx& ctx) {
+  std::string auth = ctx.Header(http::field::authorization);
+  const std::string prefix = "Bearer ";
+  if (auth.size() <= prefix.size() || auth.compare(0, prefix.size(), prefix) != 0) return false;
+  std::string_view token = std::string_view(auth).substr(prefix.size());
+  const std::string& key = ctx.opts->api_key;
+  if (key.empty() || token.size() != key.size()) return false;
+  return sodium_memcmp(token.data(), key.data(), key.size()) == 0;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Ctx
+
+std::string Ctx::Query(const std::string& key, const std::string& def) const {
+  auto it = query.find(key);
+  return it == query.end() ? def : it->second;
+}
+
+std::vector<std::string> Ctx::QueryAll(const std::string& key) const {
+  std::vector<std::string> out;
+  auto [b, e] = query.equal_range(key);
+  for (auto it = b; it != e; ++it) out.push_back(it->second);
+  return out;
+}
+
+std::string Ctx::Header(http::field f) const {
+  auto it = req().find(f);
+  return it == req().end() ? "" : std::string(it->value());
+}
+
+Awaitable<Result<std::string>> Ctx::ReadBody(size_t limit) {
+  body_consumed = true;
+  if (auto len = parser->content_length(); len && *len > limit) {
+    keep_alive = false;
+    co_return Fail(Errc::kTooLarge, "request body larger than " + std::to_string(limit) + " bytes");
+  }
+  http::request_parser<http::string_body> p(std::move(*parser));
+  p.body_limit(limit);
+  beast::error_code ec;
+  co_await http::async_read(*stream, *buffer, p, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec == http::error::body_limit) {
+    keep_alive = false;
+    co_return Fail(Errc::kTooLarge, "request body larger than " + std::to_string(limit) + " bytes");
+  }
+  if (ec) throw beast::system_error(ec);
+  co_return std::move(p.get().body());
+}
+
+Awaitable<Status> Ctx::ReadBodyStream(
+    size_t limit, const std::function<Awaitable<Status>(std::string_view)>& sink) {
+  body_consumed = true;
+  if (auto len = parser->content_length(); len && *len > limit) {
+    keep_alive = false;
+    co_return Fail(Errc::kTooLarge, "request body larger than " + std::to_string(limit) + " bytes");
+  }
+  http::request_parser<http::buffer_body> p(std::move(*parser));
+  p.body_limit(limit);
+  std::vector<char> chunk(1 << 20);
+  std::string pending;
+  while (!p.is_done()) {
+    p.get().body().data = chunk.data();
+    p.get().body().size = chunk.size();
+    beast::error_code ec;
+    co_await http::async_read(*stream, *buffer, p, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec == http::error::body_limit) {
+      keep_alive = false;
+      co_return Fail(Errc::kTooLarge, "request body larger than " + std::to_string(limit) + " bytes");
+    }
+    if (ec) throw beast::system_error(ec);
+    size_t got = chunk.size() - p.get().body().size;
+    pending.append(chunk.data(), got);
+    // Hand the sink large pieces: each is one round trip to the agent.
+    if (pending.size() >= (1u << 20) || (p.is_done() && !pending.empty())) {
+      auto st = co_await sink(pending);
+      pending.clear();
+      if (!st) {
+        keep_alive = false;  // the rest of the body is not read
+        co_return st;
+      }
+    }
+  }
+  co_return Ok();
+}
+
+Awaitable<Result<Json>> Ctx::ReadJson() {
+  auto body = co_await ReadBody(opts->max_json_body);
+  if (!body) co_return tl::unexpected(body.error());
+  if (body->empty()) co_return Json::object();
+  auto j = ParseJson(*body);
+  if (!j) co_return Fail(Errc::kInvalidArgument, "request body is not valid JSON");
+  if (!j->is_object()) co_return Fail(Errc::kInvalidArgument, "request body must be a JSON object");
+  co_return std::move(*j);
+}
+
+Awaitable<void> Ctx::ReplyBytes(int status, std::string body, const std::string& content_type,
+                                const std::vector<std::pair<std::string, std::string>>& headers) {
+  if (!body_consumed && (parser->content_length().value_or(0) > 0 || parser->chunked())) {
+    // Do not leave an unread body on a keep-alive connection.
+    keep_alive = false;
+  }
+  http::response<http::string_body> res{static_cast<http::status>(status), req().version()};
+  res.set(http::field::server, "spaced");
+  res.set(http::field::content_type, content_type);
+  for (const auto& h : headers) res.set(h.first, h.second);
+  res.keep_alive(keep_alive);
+  res.body() = std::move(body);
+  res.prepare_payload();
+  co_await http::async_write(*stream, res, asio::use_awaitable);
+}
+
+Awaitable<void> Ctx::Reply(int status, const Json& body,
+                           const std::vector<std::pair<std::string, std::string>>& headers) {
+  co_await ReplyBytes(status, body.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n",
+                      "application/json", headers);
+}
+
+Awaitable<void> Ctx::ReplyError(const Error& e) {
+  co_await Reply(HttpStatusFor(e.code), ErrorBody(e));
+}
+
+Awaitable<void> Ctx::StartChunked(int status, const std::string& content_type,
+                                  const std::vector<std::pair<std::string, std::string>>& headers) {
+  http::response<http::empty_body> res{static_cast<http::status>(status), req().version()};
+  res.set(http::field::server, "spaced");
+  res.set(http::field::content_type, content_type);
+  res.set(http::field::cache_control, "no-cache");
+  for (const auto& h : headers) res.set(h.first, h.second);
+  res.keep_alive(keep_alive);
+  res.chunked(true);
+  chunked_.emplace(std::move(res), nullptr);
+  chunked_->second = std::make_unique<http::response_serializer<http::empty_body>>(chunked_->first);
+  stream->expires_never();
+  co_await http::async_write_header(*stream, *chunked_->second, asio::use_awaitable);
+}
+
+Awaitable<void> Ctx::WriteChunk(std::string_view data) {
+  if (data.empty()) co_return;
+  co_await asio::async_write(*stream, http::make_chunk(asio::buffer(data.data(), data.size())),
+                             asio::use_awaitable);
+}
+
+Awaitable<void> Ctx::EndChunked() {
+  co_await asio::async_write(*stream, http::make_chunk_last(), asio::use_awaitable);
+  chunked_.reset();
+}
+
+Ctx::Watcher::Watcher(Ctx& ctx, std::string key) : ctx_(ctx), key_(std::move(key)) {}
+
+void Ctx::Watcher::Arm() {
+  fired_ = std::make_shared<bool>(false);
+  auto ex = ctx_.stream->get_executor();
+  timer_ = std::make_shared<asio::steady_timer>(ex);
+  auto fired = fired_;
+  auto timer = timer_;
+  handle_ = ctx_.platform->notifier().Watch(key_, [ex, fired, timer] {
+    asio::post(ex, [fired, timer] {
+      *fired = true;
+      timer->cancel();
+    });
+  });
+}
+
+Awaitable<bool> Ctx::Watcher::Wait(int64_t deadline_ns) {
+  int64_t left = deadline_ns - MonotonicNanos();
+  if (!*fired_ && left > 0) {
+    timer_->expires_after(std::chrono::nanoseconds(left));
+    beast::error_code ec;
+    co_await timer_->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  bool fired = *fired_;
+  handle_.reset();
+  co_return fired;
+}
+
+int64_t WaitMillis(const Ctx& ctx) {
+  std::string w = ctx.Query("wait");
+  if (w.empty()) return 0;
+  int64_t ms = ParseDurationMillis(w);
+  if (ms < 0) return -1;
+  return std::min<int64_t>(ms, 5 * 60 * 1000);
+}
+
+// ---------------------------------------------------------------- server
+
+struct Server::Impl {
+  core::Platform* platform;
+  ServerOptions opts;
+  asio::io_context ioc;
+  asio::thread_pool pool;
+  tcp::acceptor acceptor;
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopped = false;
+
+  Impl(core::Platform* p, ServerOptions o)
+      : platform(p), opts(std::move(o)), pool(opts.blocking_threads), acceptor(ioc) {}
+
+  Awaitable<void> Accept();
+  Awaitable<void> Serve(tcp::socket socket);
+  Awaitable<void> Dispatch(Ctx& ctx);
+};
+
+Awaitable<void> Server::Impl::Accept() {
+  for (;;) {
+    beast::error_code ec;
+    tcp::socket socket = co_await acceptor.async_accept(
+        asio::make_strand(ioc), asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      if (ec == asio::error::operation_aborted) co_return;
+      spdlog::warn("accept: {}", ec.message());
+      continue;
+    }
+    auto ex = socket.get_executor();
+    asio::co_spawn(ex, Serve(std::move(socket)), asio::detached);
+  }
+}
+
+Awaitable<void> Server::Impl::Serve(tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  try {
+    for (;;) {
+      http::request_parser<http::empty_body> parser;
+      parser.header_limit(64 * 1024);
+      parser.body_limit(std::numeric_limits<uint64_t>::max());
+      stream.expires_after(std::chrono::seconds(120));
+      beast::error_code ec;
+      co_await http::async_read_header(stream, buffer, parser,
+                                       asio::redirect_error(asio::use_awaitable, ec));
+      if (ec == http::error::end_of_stream || ec == asio::error::eof ||
+          ec == beast::error::timeout || ec == asio::error::connection_reset)
+        break;
+      Ctx ctx{platform, &pool, &opts, &stream, &buffer, &parser};
+      if (ec) {
+        ctx.keep_alive = false;
+        // A malformed request: answer 400 if the socket is still writable.
+        http::response<http::string_body> res{http::status::bad_request, 11};
+        res.set(http::field::content_type, "application/json");
+        res.body() = ErrorBody(Error{Errc::kInvalidArgument, 0, "malformed HTTP request: " + ec.message()}).dump() + "\n";
+        res.keep_alive(false);
+        res.prepare_payload();
+        beast::error_code wec;
+        co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, wec));
+        break;
+      }
+      ctx.method = std::string(parser.get().method_string());
+      ctx.keep_alive = parser.get().keep_alive();
+      auto target = parser.get().target();
+      ParseTarget(std::string_view(target.data(), target.size()), ctx);
+      stream.expires_after(std::chrono::minutes(10));
+      co_await Dispatch(ctx);
+      if (!ctx.keep_alive) break;
+    }
+  } catch (const std::exception& e) {
+    // Client went away or a write failed: nothing to answer.
+  }
+  beast::error_code ec;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+}
+
+Awaitable<void> Server::Impl::Dispatch(Ctx& ctx) {
+  if (ctx.path == "/healthz") {
+    {
+      Json reply_body = {{"ok", true}};
+      co_await ctx.Reply(200, reply_body);
+    }
+    co_return;
+  }
+  if (!Authorized(ctx)) {
+    Json body = ErrorBody(Error{Errc::kUnauthenticated, 0,
+                                "missing or invalid API key (Authorization: Bearer KEY)"});
+    std::vector<std::pair<std::string, std::string>> headers;
+    headers.emplace_back("WWW-Authenticate", "Bearer");
+    co_await ctx.Reply(401, body, headers);
+    co_return;
+  }
+  if (ctx.segments.empty() || ctx.segments[0] != "v1") {
+    co_await ctx.ReplyError(Error{Errc::kNotFound, 0, "no route " + ctx.method + " " + ctx.path});
+    co_return;
+  }
+  if (co_await RouteCommands(ctx)) co_return;
+  if (co_await RouteFiles(ctx)) co_return;
+  if (co_await RouteSandboxes(ctx)) co_return;
+  co_await ctx.ReplyError(Error{Errc::kNotFound, 0, "no route " + ctx.method + " " + ctx.path});
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Server::~Server() {
+  Stop();
+  for (auto& t : impl_->threads) {
+    if (t.joinable()) t.join();
+  }
+  impl_->pool.join();
+}
+
+Result<std::unique_ptr<Server>> Server::Start(core::Platform* platform, ServerOptions opts) {
+  if (sodium_init() < 0) return Fail(Errc::kInternal, "libsodium init failed");
+  auto impl = std::make_unique<Impl>(platform, std::move(opts));
+  beast::error_code ec;
+  auto addr = asio::ip::make_address(impl->opts.address, ec);
+  if (ec) return Fail(Errc::kInvalidArgument, "bad listen address " + impl->opts.address);
+  tcp::endpoint ep(addr, impl->opts.port);
+  impl->acceptor.open(ep.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(ep, ec);
+  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Fail(Errc::kUnavailable, "listen on " + impl->opts.address + ":" +
+                                        std::to_string(impl->opts.port) + ": " + ec.message());
+  }
+  asio::co_spawn(impl->ioc, impl->Accept(), asio::detached);
+  for (int i = 0; i < std::max(1, impl->opts.io_threads); ++i) {
+    impl->threads.emplace_back([i = impl.get()] { i->ioc.run(); });
+  }
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+uint16_t Server::port() const {
+  beast::error_code ec;
+  return impl_->acceptor.local_endpoint(ec).port();
+}
+
+void Server::Stop() {
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->stopped) return;
+    impl_->stopped = true;
+    impl_->cv.notify_all();
+  }
+  asio::post(impl_->ioc, [i = impl_.get()] {
+    beast::error_code ec;
+    i->acceptor.close(ec);
+  });
+  impl_->ioc.stop();
+}
+
+void Server::Wait() {
+  std::unique_lock lock(impl_->mu);
+  impl_->cv.wait(lock, [&] { return impl_->stopped; });
+}
+
+}  // namespace space::api

@@ -1,0 +1,90 @@
+#include "api/views.h"
+
+namespace space::api {
+
+namespace {
+Json TimeOrNull(int64_t ms) { return ms > 0 ? Json(FormatRfc3339(ms)) : Json(nullptr); }
+}  // namespace
+
+Json SandboxJson(const store::SandboxRecord& r) {
+  const Json* limits = JsonField(r.spec, "limits");
+  const Json* env = JsonField(r.spec, "env");
+  return {{"id", r.id},
+          {"state", r.state},
+          {"reason", r.reason},
+          {"template", r.template_ref},
+          {"template_digest", r.template_digest},
+          {"runtime", r.runtime},
+          {"limits", limits ? *limits : Json::object()},
+          {"env", env ? *env : Json::object()},
+          {"metadata", r.metadata},
+          {"network", JsonBoolOr(r.spec, "network", false)},
+          {"created_at", TimeOrNull(r.created_ms)},
+          {"updated_at", TimeOrNull(r.updated_ms)}};
+}
+
+Json OperationJson(const store::OperationRecord& r) {
+  Json err = nullptr;
+  if (r.state == "failed") err = {{"code", r.error_code}, {"message", r.error_message}};
+  return {{"id", r.id},
+          {"kind", r.kind},
+          {"target", r.target},
+          {"state", r.state},
+          {"done", r.state == "succeeded" || r.state == "failed"},
+          {"result", r.result},
+          {"error", err},
+          {"created_at", TimeOrNull(r.created_ms)},
+          {"updated_at", TimeOrNull(r.updated_ms)}};
+}
+
+Json CommandJson(const core::CommandInfo& c) {
+  const auto& r = c.record;
+  const Json* argv = JsonField(r.spec, "argv");
+  const Json* cmd = JsonField(r.spec, "cmd");
+  return {{"id", r.id},
+          {"sandbox_id", r.sandbox_id},
+          {"argv", argv ? *argv : Json(nullptr)},
+          {"cmd", cmd ? *cmd : Json(nullptr)},
+          {"state", r.state},
+          {"exit_code", r.exit_code ? Json(*r.exit_code) : Json(nullptr)},
+          {"signal", r.signal ? Json(*r.signal) : Json(nullptr)},
+          {"timed_out", r.timed_out},
+          {"reason", r.reason},
+          {"pid", r.pid},
+          {"stdout_size", c.stdout_size},
+          {"stderr_size", c.stderr_size},
+          {"started_at", TimeOrNull(r.started_ms)},
+          {"ended_at", TimeOrNull(r.ended_ms)}};
+}
+
+Json TemplateJson(const store::TemplateRecord& t) {
+  return {{"name", t.name},
+          {"tag", t.tag},
+          {"ref", t.name + ":" + t.tag},
+          {"digest", t.digest},
+          {"config", t.config},
+          {"created_at", TimeOrNull(t.created_ms)}};
+}
+
+Json ErrorBody(const Error& e) {
+  return {{"error",
+           {{"code", std::string(ErrcName(e.code))}, {"message", e.message}, {"details", Json::object()}}}};
+}
+
+int HttpStatusFor(Errc code) {
+  switch (code) {
+    case Errc::kInvalidArgument: return 400;
+    case Errc::kUnauthenticated: return 401;
+    case Errc::kPermissionDenied: return 403;
+    case Errc::kNotFound: return 404;
+    case Errc::kConflict: return 409;
+    case Errc::kTooLarge: return 413;
+    case Errc::kResourceExhausted: return 429;
+    case Errc::kUnavailable: return 503;
+    case Errc::kDeadlineExceeded: return 504;
+    case Errc::kInternal: return 500;
+  }
+  return 500;
+}
+
+}  // namespace space::api

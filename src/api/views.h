@@ -1,0 +1,17 @@
+// api/views: JSON renderings of core records, as documented in docs/api.md. Pure functions.
+#pragma once
+
+#include "common/json.h"
+#include "core/core.h"
+
+namespace space::api {
+
+Json SandboxJson(const store::SandboxRecord& r);
+Json OperationJson(const store::OperationRecord& r);
+Json CommandJson(const core::CommandInfo& c);
+Json TemplateJson(const store::TemplateRecord& t);
+Json ErrorBody(const Error& e);
+// The one place where error codes become HTTP statuses.
+int HttpStatusFor(Errc code);
+
+}  // namespace space::api

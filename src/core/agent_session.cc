@@ -1,0 +1,259 @@
+#include "core/agent_session.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+namespace space::core {
+
+using agent::Frame;
+using agent::FrameType;
+
+namespace {
+
+Result<sys::UniqueFd> ConnectUnix(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path)
+    return Fail(Errc::kInvalidArgument, "agent socket path too long: " + path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  sys::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return ErrnoFail("socket");
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return ErrnoFail("connect " + path);
+  // Large buffers: output arrives in chunks of up to 1 MiB.
+  int sz = 4 << 20;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+  return fd;
+}
+
+}  // namespace
+
+AgentSession::AgentSession(sys::UniqueFd fd, Handlers handlers)
+    : fd_(std::move(fd)), handlers_(std::move(handlers)) {}
+
+AgentSession::~AgentSession() { Close(); }
+
+Result<std::shared_ptr<AgentSession>> AgentSession::Connect(const std::string& socket_path,
+                                                            Handlers handlers, int64_t timeout_ms,
+                                                            Json* hello) {
+  const int64_t deadline = MonotonicNanos() + timeout_ms * 1000000;
+  sys::UniqueFd fd;
+  Error last{Errc::kUnavailable, 0, "agent socket did not appear"};
+  int delay_us = 500;
+  for (;;) {
+    auto c = ConnectUnix(socket_path);
+    if (c) {
+      fd = std::move(*c);
+      break;
+    }
+    last = c.error();
+    if (MonotonicNanos() > deadline) {
+      return Fail(Errc::kDeadlineExceeded, "agent did not come up within " +
+                                               std::to_string(timeout_ms) + " ms: " + last.message);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+    delay_us = std::min(delay_us * 2, 20000);
+  }
+  std::shared_ptr<AgentSession> s(new AgentSession(std::move(fd), std::move(handlers)));
+  // The reader holds only a weak reference: the session's owner decides its lifetime.
+  s->reader_ = std::thread([s_raw = s.get(), weak = std::weak_ptr<AgentSession>(s)] {
+    s_raw->ReadLoop(weak);
+  });
+  std::unique_lock lock(s->mu_);
+  auto left = std::chrono::nanoseconds(std::max<int64_t>(deadline - MonotonicNanos(), 0));
+  if (!s->cv_.wait_for(lock, left, [&] { return s->hello_.has_value() || !s->connected_; })) {
+    lock.unlock();
+    s->Close();
+    return Fail(Errc::kDeadlineExceeded, "agent sent no HELLO within the timeout");
+  }
+  if (!s->hello_) {
+    lock.unlock();
+    s->Close();
+    return Fail(Errc::kUnavailable, "agent closed the connection before HELLO");
+  }
+  if (hello) *hello = *s->hello_;
+  return s;
+}
+
+void AgentSession::Close() {
+  closing_ = true;
+  if (fd_) ::shutdown(fd_.get(), SHUT_RDWR);
+  if (reader_.joinable()) {
+    if (reader_.get_id() == std::this_thread::get_id()) {
+      reader_.detach();
+    } else {
+      reader_.join();
+    }
+  }
+  FailPending(Error{Errc::kUnavailable, 0, "agent connection closed"});
+}
+
+Status AgentSession::Send(const std::string& wire) {
+  std::lock_guard lock(write_mu_);
+  if (!connected_) return Fail(Errc::kUnavailable, "agent connection closed");
+  auto st = sys::WriteAll(fd_.get(), wire);
+  if (!st) return Fail(Errc::kUnavailable, "agent write: " + st.error().message);
+  return Ok();
+}
+
+void AgentSession::FailPending(const Error& e) {
+  std::lock_guard lock(mu_);
+  for (auto& [id, slot] : pending_) {
+    if (!slot) slot = tl::unexpected(e);
+  }
+  cv_.notify_all();
+}
+
+Result<agent::Message> AgentSession::Call(const Json& request, std::string_view body,
+                                          int64_t timeout_ms) {
+  uint32_t id;
+  {
+    std::lock_guard lock(mu_);
+    if (!connected_) return Fail(Errc::kUnavailable, "sandbox agent is not connected");
+    id = next_request_++;
+    if (next_request_ == 0) next_request_ = 1;
+    pending_[id];
+  }
+  auto st = Send(agent::EncodeFrame(FrameType::kRequest, id, agent::EncodeMessage(request, body)));
+  std::unique_lock lock(mu_);
+  if (!st) {
+    pending_.erase(id);
+    return tl::unexpected(st.error());
+  }
+  bool done = cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                           [&] { return pending_[id].has_value(); });
+  if (!done) {
+    pending_.erase(id);
+    return Fail(Errc::kDeadlineExceeded,
+                "agent did not answer " + JsonStringOr(request, "op", "request") + " within " +
+                    std::to_string(timeout_ms) + " ms");
+  }
+  auto res = std::move(*pending_[id]);
+  pending_.erase(id);
+  if (!res) return res;
+  if (auto err = agent::ErrorFromJson(res->json)) return tl::unexpected(*err);
+  return res;
+}
+
+Status AgentSession::SendStdin(uint32_t stream, std::string_view bytes, bool eof) {
+  while (!bytes.empty()) {
+    size_t n = std::min<size_t>(bytes.size(), agent::kMaxDataChunk);
+    SPACE_TRY(Send(agent::EncodeFrame(FrameType::kStdin, stream, bytes.substr(0, n))));
+    bytes.remove_prefix(n);
+  }
+  if (eof) SPACE_TRY(Send(agent::EncodeFrame(FrameType::kStdin, stream, "")));
+  return Ok();
+}
+
+void AgentSession::ReadLoop(const std::weak_ptr<AgentSession>& weak) {
+  agent::FrameDecoder decoder;
+  std::string buf(1 << 20, '\0');
+  Error why{Errc::kUnavailable, 0, "agent closed the connection"};
+  for (;;) {
+    ssize_t n = ::read(fd_.get(), buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n < 0) why = Error{Errc::kUnavailable, errno, std::string("agent read: ") + strerror(errno)};
+      break;
+    }
+    decoder.Feed(std::string_view(buf.data(), static_cast<size_t>(n)));
+    bool failed = false;
+    for (;;) {
+      auto f = decoder.Next();
+      if (!f) {
+        why = std::move(f.error()).Wrap("agent protocol error");
+        failed = true;
+        break;
+      }
+      if (!*f) break;
+      auto st = HandleFrame(**f);
+      if (!st) {
+        why = std::move(st.error());
+        failed = true;
+        break;
+      }
+    }
+    if (failed) break;
+  }
+  {
+    std::lock_guard lock(write_mu_);
+    connected_ = false;
+  }
+  ::shutdown(fd_.get(), SHUT_RDWR);
+  FailPending(why);
+  {
+    std::lock_guard lock(mu_);
+    cv_.notify_all();
+  }
+  // Keep the session alive while its handler runs (the handler may drop the last owner).
+  if (auto self = weak.lock(); self && !closing_ && handlers_.on_disconnect) {
+    handlers_.on_disconnect(why);
+  }
+}
+
+Status AgentSession::HandleFrame(Frame& f) {
+  switch (f.type) {
+    case FrameType::kHello: {
+      auto j = ParseJson(f.payload);
+      if (!j || !j->is_object()) return Fail(Errc::kInvalidArgument, "agent HELLO is not JSON");
+      std::lock_guard lock(mu_);
+      hello_ = std::move(*j);
+      cv_.notify_all();
+      return Ok();
+    }
+    case FrameType::kResponse: {
+      auto m = agent::DecodeMessage(f.payload);
+      std::lock_guard lock(mu_);
+      auto it = pending_.find(f.stream);
+      if (it == pending_.end()) return Ok();  // the caller gave up (timeout)
+      if (m) {
+        it->second = std::move(*m);
+      } else {
+        it->second = tl::unexpected(std::move(m.error()).Wrap("agent response"));
+      }
+      cv_.notify_all();
+      return Ok();
+    }
+    case FrameType::kStdout:
+    case FrameType::kStderr: {
+      auto d = agent::DecodeData(f.payload);
+      if (!d) return tl::unexpected(d.error());
+      auto s = f.type == FrameType::kStdout ? store::OutputStream::kStdout
+                                            : store::OutputStream::kStderr;
+      auto size = handlers_.on_output(f.stream, s, d->offset, d->bytes);
+      if (!size) {
+        // Unknown stream or a gap: the agent misbehaves; dropping the connection makes it
+        // retransmit from the last ACK on the next one.
+        return tl::unexpected(std::move(size.error()).Wrap("agent output"));
+      }
+      return Send(agent::EncodeFrame(FrameType::kAck, f.stream,
+                                     agent::EncodeAck(static_cast<uint8_t>(s), *size)));
+    }
+    case FrameType::kExit: {
+      auto j = ParseJson(f.payload);
+      if (!j || !j->is_object()) return Fail(Errc::kInvalidArgument, "agent EXIT is not JSON");
+      auto st = handlers_.on_exit(f.stream, *j);
+      if (!st) {
+        if (st.error().code == Errc::kNotFound) {
+          // A command we do not know (e.g. its sandbox record was rebuilt): let the agent
+          // forget it.
+          return Send(agent::EncodeFrame(FrameType::kAck, f.stream, agent::EncodeAck(0, 0)));
+        }
+        return st;
+      }
+      return Send(agent::EncodeFrame(FrameType::kAck, f.stream, agent::EncodeAck(0, 0)));
+    }
+    default:
+      return Fail(Errc::kInvalidArgument,
+                  "unexpected agent frame type " + std::to_string(static_cast<int>(f.type)));
+  }
+}
+
+}  // namespace space::core

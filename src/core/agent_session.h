@@ -1,0 +1,76 @@
+// core/agent_session: the host end of one sandbox's agent channel.
+//
+// An AgentSession owns a connected unix socket and a reader thread. Output and exit
+// frames are handed to the Handlers on the reader thread; the session acknowledges output
+// with the durable size the handler returns (the credit return of docs/agent-protocol.md).
+// Call() sends a request and blocks for its response. Thread-safe. Close() (or the
+// destructor) shuts the socket and joins the reader; handlers are never called after it.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "agent/protocol.h"
+#include "common/common.h"
+#include "common/json.h"
+#include "store/store.h"
+#include "sys/sys.h"
+
+namespace space::core {
+
+class AgentSession : public std::enable_shared_from_this<AgentSession> {
+ public:
+  struct Handlers {
+    // Stores output; returns the stream's durable size (sent back as the ACK offset).
+    std::function<Result<uint64_t>(uint32_t stream, store::OutputStream s, uint64_t offset,
+                                   std::string_view bytes)> on_output;
+    // Records a command's end durably; the session then ACKs the exit.
+    std::function<Status(uint32_t stream, const Json& exit)> on_exit;
+    // The connection ended (agent gone, or a protocol error). Not called after Close().
+    std::function<void(const Error& why)> on_disconnect;
+  };
+
+  // Connects to the agent's socket, retrying while it does not exist yet, and waits for
+  // its HELLO, all within timeout_ms. Returns the session and the HELLO JSON.
+  [[nodiscard]] static Result<std::shared_ptr<AgentSession>> Connect(const std::string& socket_path,
+                                                                     Handlers handlers,
+                                                                     int64_t timeout_ms,
+                                                                     Json* hello);
+  ~AgentSession();
+
+  // Sends a request and waits for its response; an agent error response becomes an Error.
+  [[nodiscard]] Result<agent::Message> Call(const Json& request, std::string_view body,
+                                            int64_t timeout_ms);
+  // Sends stdin bytes (chunked) to a command; eof closes its stdin afterwards.
+  [[nodiscard]] Status SendStdin(uint32_t stream, std::string_view bytes, bool eof);
+  void Close();
+  bool connected() const { return connected_.load(); }
+
+ private:
+  AgentSession(sys::UniqueFd fd, Handlers handlers);
+  void ReadLoop(const std::weak_ptr<AgentSession>& weak);
+  Status HandleFrame(agent::Frame& f);
+  Status Send(const std::string& wire);
+  void FailPending(const Error& e);
+
+  sys::UniqueFd fd_;
+  Handlers handlers_;
+  std::thread reader_;
+  std::atomic<bool> connected_{true};
+  std::atomic<bool> closing_{false};
+  std::mutex write_mu_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint32_t next_request_ = 1;
+  std::map<uint32_t, std::optional<Result<agent::Message>>> pending_;
+  std::optional<Json> hello_;
+};
+
+}  // namespace space::core

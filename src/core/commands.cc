@@ -1,0 +1,303 @@
+// Command sessions and file operations: both go through the sandbox's agent.
+#include <spdlog/spdlog.h>
+
+#include "core/internal.h"
+
+namespace space::core {
+
+namespace {
+
+Json CommandSpecJson(const CommandRequest& req) {
+  Json j = Json::object();
+  if (!req.argv.empty()) {
+    j["argv"] = req.argv;
+  } else {
+    j["cmd"] = req.shell;
+  }
+  j["env"] = req.env;
+  if (!req.cwd.empty()) j["cwd"] = req.cwd;
+  if (!req.user.empty()) j["user"] = req.user;
+  j["stdin"] = req.stdin;
+  j["timeout_ms"] = req.timeout_ms;
+  return j;
+}
+
+Status ValidateCommand(const CommandRequest& req) {
+  if (req.argv.empty() == req.shell.empty())
+    return Fail(Errc::kInvalidArgument, "give exactly one of argv (non-empty) or cmd");
+  if (req.argv.size() > 4096) return Fail(Errc::kInvalidArgument, "argv has more than 4096 items");
+  size_t total = req.shell.size();
+  for (const auto& a : req.argv) {
+    if (a.find('\0') != std::string::npos)
+      return Fail(Errc::kInvalidArgument, "argv items must not contain NUL bytes");
+    total += a.size();
+  }
+  if (req.shell.find('\0') != std::string::npos)
+    return Fail(Errc::kInvalidArgument, "cmd must not contain NUL bytes");
+  for (const auto& [k, v] : req.env) {
+    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
+        v.find('\0') != std::string::npos)
+      return Fail(Errc::kInvalidArgument, "invalid environment variable \"" + k + "\"");
+    total += k.size() + v.size();
+  }
+  if (total > (1u << 20)) return Fail(Errc::kTooLarge, "command and environment exceed 1 MiB");
+  if (!req.cwd.empty()) SPACE_TRY(ValidateSandboxPath(req.cwd));
+  if (req.timeout_ms < 0) return Fail(Errc::kInvalidArgument, "timeout must be >= 0");
+  return Ok();
+}
+
+CommandInfo Snapshot(Command& cmd) {
+  std::lock_guard l(cmd.mu);
+  CommandInfo info;
+  info.record = cmd.rec;
+  info.stdout_size = cmd.log->Size(store::OutputStream::kStdout);
+  info.stderr_size = cmd.log->Size(store::OutputStream::kStderr);
+  return info;
+}
+
+}  // namespace
+
+namespace {
+// Finds a running sandbox with a connected agent, holding nothing afterwards.
+Result<std::shared_ptr<AgentSession>> LiveSession(Platform::Sandbox& sb) {
+  std::lock_guard l(sb.mu);
+  if (sb.rec.state != "running")
+    return Fail(Errc::kConflict, "sandbox " + sb.rec.id + " is " + sb.rec.state + ", not running");
+  if (!sb.session || !sb.session->connected())
+    return Fail(Errc::kUnavailable, "sandbox " + sb.rec.id + ": agent is not connected");
+  return sb.session;
+}
+}  // namespace
+
+Result<CommandInfo> Platform::StartCommand(const std::string& sandbox_id,
+                                           const CommandRequest& req) {
+  SPACE_TRY(ValidateCommand(req));
+  auto sb = impl_->Find(sandbox_id);
+  if (!sb) return Fail(Errc::kNotFound, "no sandbox " + sandbox_id);
+  std::lock_guard lock(sb->mu);
+  if (sb->rec.state != "running")
+    return Fail(Errc::kConflict, "sandbox " + sandbox_id + " is " + sb->rec.state + ", not running");
+  if (!sb->session || !sb->session->connected())
+    return Fail(Errc::kUnavailable, "sandbox " + sandbox_id + ": agent is not connected");
+  auto cmd = std::make_shared<Command>();
+  cmd->rec.id = NewId("cmd");
+  cmd->rec.sandbox_id = sandbox_id;
+  cmd->rec.stream = sb->next_stream++;
+  cmd->rec.spec = CommandSpecJson(req);
+  cmd->rec.state = "running";
+  cmd->rec.started_ms = NowUnixMillis();
+  auto log = store::OutputLog::Open(impl_->LogDir(sandbox_id), cmd->rec.id);
+  if (!log) return tl::unexpected(log.error());
+  cmd->log = std::move(*log);
+  // Durable before the process exists: after a crash the record tells what to look for.
+  SPACE_TRY(impl_->store->PutCommand(cmd->rec));
+  {
+    std::lock_guard l(sb->cmd_mu);
+    sb->by_stream[cmd->rec.stream] = cmd;
+    sb->commands[cmd->rec.id] = cmd;
+  }
+  Json exec = {{"op", "exec"},      {"stream", cmd->rec.stream}, {"id", cmd->rec.id},
+               {"env", req.env},    {"stdin", req.stdin},        {"timeout_ms", req.timeout_ms}};
+  if (!req.argv.empty()) {
+    exec["argv"] = req.argv;
+  } else {
+    exec["shell"] = req.shell;
+  }
+  if (!req.cwd.empty()) exec["cwd"] = req.cwd;
+  if (!req.user.empty()) exec["user"] = req.user;
+  auto resp = sb->session->Call(exec, {}, config_.agent_request_timeout_ms);
+  if (!resp) {
+    {
+      std::lock_guard l(sb->cmd_mu);
+      sb->by_stream.erase(cmd->rec.stream);
+      sb->commands.erase(cmd->rec.id);
+    }
+    std::lock_guard l(cmd->mu);
+    cmd->rec.state = "failed";
+    cmd->rec.reason = resp.error().message;
+    cmd->rec.ended_ms = NowUnixMillis();
+    (void)impl_->store->PutCommand(cmd->rec);
+    notifier_.Notify("cmd:" + sandbox_id + ":" + cmd->rec.id);
+    return tl::unexpected(resp.error());
+  }
+  {
+    std::lock_guard l(cmd->mu);
+    cmd->rec.pid = JsonIntOr(resp->json, "pid", 0);
+  }
+  return Snapshot(*cmd);
+}
+
+Result<CommandInfo> Platform::GetCommand(const std::string& sandbox_id, const std::string& cid) {
+  auto sb = impl_->Find(sandbox_id);
+  if (!sb) return Fail(Errc::kNotFound, "no sandbox " + sandbox_id);
+  std::shared_ptr<Command> cmd;
+  {
+    std::lock_guard l(sb->cmd_mu);
+    auto it = sb->commands.find(cid);
+    if (it != sb->commands.end()) cmd = it->second;
+  }
+  if (cmd) return Snapshot(*cmd);
+  auto rec = impl_->store->GetCommand(sandbox_id, cid);
+  if (!rec) return tl::unexpected(rec.error());
+  CommandInfo info;
+  info.record = std::move(*rec);
+  std::string dir = impl_->LogDir(sandbox_id);
+  info.stdout_size = store::OutputSize(dir, cid, store::OutputStream::kStdout);
+  info.stderr_size = store::OutputSize(dir, cid, store::OutputStream::kStderr);
+  return info;
+}
+
+Result<std::vector<CommandInfo>> Platform::ListCommands(const std::string& sandbox_id) {
+  if (!impl_->Find(sandbox_id)) return Fail(Errc::kNotFound, "no sandbox " + sandbox_id);
+  auto recs = impl_->store->ListCommands(sandbox_id);
+  if (!recs) return tl::unexpected(recs.error());
+  std::vector<CommandInfo> out;
+  for (const auto& r : *recs) {
+    auto info = GetCommand(sandbox_id, r.id);
+    if (info) out.push_back(std::move(*info));
+  }
+  return out;
+}
+
+Result<std::string> Platform::ReadOutput(const std::string& sandbox_id, const std::string& cid,
+                                         store::OutputStream s, uint64_t offset, size_t max) {
+  if (!impl_->Find(sandbox_id)) return Fail(Errc::kNotFound, "no sandbox " + sandbox_id);
+  if (!IsValidId(cid, "cmd")) return Fail(Errc::kNotFound, "no command " + cid);
+  return store::ReadOutput(impl_->LogDir(sandbox_id), cid, s, offset, max);
+}
+
+Status Platform::WriteStdin(const std::string& sandbox_id, const std::string& cid,
+                            std::string_view bytes, bool eof) {
+  auto sb = impl_->Find(sandbox_id);
+  if (!sb) return Fail(Errc::kNotFound, "no sandbox " + sandbox_id);
+  std::shared_ptr<Command> cmd;
+  {
+    std::lock_guard l(sb->cmd_mu);
+    auto it = sb->commands.find(cid);
+    if (it != sb->commands.end()) cmd = it->second;
+  }
+  if (!cmd) {
+    auto rec = impl_->store->GetCommand(sandbox_id, cid);
+    if (!rec) return tl::unexpected(rec.error());
+    return Fail(Errc::kConflict, "command " + cid + " has ended");
+  }
+  uint32_t stream;
+  {
+    std::lock_guard l(cmd->mu);
+    if (!JsonBoolOr(cmd->rec.spec, "stdin", false))
+      return Fail(Errc::kConflict, "command " + cid + " was started without stdin");
+    stream = cmd->rec.stream;
+  }
+  auto session = LiveSession(*sb);
+  if (!session) return tl::unexpected(session.error());
+  return (*session)->SendStdin(stream, bytes, eof);
+}
+
+Status Platform::Signal(const std::string& sandbox_id, const std::string& cid, int signal) {
+  if (signal < 1 || signal > 64) return Fail(Errc::kInvalidArgument, "signal must be 1..64");
+  auto sb = impl_->Find(sandbox_id);
+  if (!sb) return Fail(Errc::kNotFound, "no sandbox " + sandbox_id);
+  std::shared_ptr<Command> cmd;
+  {
+    std::lock_guard l(sb->cmd_mu);
+    auto it = sb->commands.find(cid);
+    if (it != sb->commands.end()) cmd = it->second;
+  }
+  if (!cmd) {
+    auto rec = impl_->store->GetCommand(sandbox_id, cid);
+    if (!rec) return tl::unexpected(rec.error());
+    return Fail(Errc::kConflict, "command " + cid + " has ended");
+  }
+  auto session = LiveSession(*sb);
+  if (!session) return tl::unexpected(session.error());
+  auto r = (*session)->Call({{"op", "signal"}, {"stream", cmd->rec.stream}, {"signal", signal}}, {},
+                            config_.agent_request_timeout_ms);
+  if (!r) return tl::unexpected(r.error());
+  return Ok();
+}
+
+// ---------------------------------------------------------------- files
+
+namespace {
+Result<agent::Message> FileCall(Platform::Impl& impl, const std::string& sandbox_id,
+                                const Json& req, std::string_view body = {}) {
+  auto sb = impl.Find(sandbox_id);
+  if (!sb) return Fail(Errc::kNotFound, "no sandbox " + sandbox_id);
+  auto session = LiveSession(*sb);
+  if (!session) return tl::unexpected(session.error());
+  return (*session)->Call(req, body, impl.config.agent_request_timeout_ms);
+}
+}  // namespace
+
+Result<Json> Platform::StatFile(const std::string& sandbox_id, const std::string& path) {
+  SPACE_TRY(ValidateSandboxPath(path));
+  auto r = FileCall(*impl_, sandbox_id, {{"op", "stat"}, {"path", path}});
+  if (!r) return tl::unexpected(r.error());
+  const Json* e = JsonField(r->json, "entry");
+  if (!e) return Fail(Errc::kInternal, "agent stat: no entry");
+  return *e;
+}
+
+Result<Json> Platform::ListFiles(const std::string& sandbox_id, const std::string& path, int depth) {
+  SPACE_TRY(ValidateSandboxPath(path));
+  if (depth < 1 || depth > 16) return Fail(Errc::kInvalidArgument, "depth must be 1..16");
+  auto r = FileCall(*impl_, sandbox_id, {{"op", "list"}, {"path", path}, {"depth", depth}});
+  if (!r) return tl::unexpected(r.error());
+  const Json* e = JsonField(r->json, "entries");
+  if (!e || !e->is_array()) return Fail(Errc::kInternal, "agent list: no entries");
+  return *e;
+}
+
+Result<std::string> Platform::ReadFileChunk(const std::string& sandbox_id, const std::string& path,
+                                            uint64_t offset, size_t length, bool* eof,
+                                            uint64_t* size) {
+  SPACE_TRY(ValidateSandboxPath(path));
+  length = std::min<size_t>(length, agent::kMaxFileChunk);
+  auto r = FileCall(*impl_, sandbox_id,
+                    {{"op", "read"}, {"path", path}, {"offset", offset}, {"length", length}});
+  if (!r) return tl::unexpected(r.error());
+  if (eof) *eof = JsonBoolOr(r->json, "eof", true);
+  if (size) *size = static_cast<uint64_t>(JsonIntOr(r->json, "size", 0));
+  return std::move(r->body);
+}
+
+Status Platform::WriteFileChunk(const std::string& sandbox_id, const std::string& path,
+                                uint64_t offset, std::string_view bytes, bool truncate, int mode) {
+  SPACE_TRY(ValidateSandboxPath(path));
+  if (offset + bytes.size() > static_cast<uint64_t>(config_.max_file_bytes))
+    return Fail(Errc::kTooLarge, "file larger than the limit of " +
+                                     std::to_string(config_.max_file_bytes) + " bytes");
+  auto r = FileCall(*impl_, sandbox_id,
+                    {{"op", "write"}, {"path", path}, {"offset", offset}, {"truncate", truncate},
+                     {"mode", mode}, {"create_parents", true}},
+                    bytes);
+  if (!r) return tl::unexpected(r.error());
+  return Ok();
+}
+
+Status Platform::MakeDir(const std::string& sandbox_id, const std::string& path) {
+  SPACE_TRY(ValidateSandboxPath(path));
+  auto r = FileCall(*impl_, sandbox_id, {{"op", "mkdir"}, {"path", path}, {"parents", true},
+                                         {"mode", 0755}});
+  if (!r) return tl::unexpected(r.error());
+  return Ok();
+}
+
+Status Platform::RemoveFile(const std::string& sandbox_id, const std::string& path,
+                            bool recursive) {
+  SPACE_TRY(ValidateSandboxPath(path));
+  auto r = FileCall(*impl_, sandbox_id, {{"op", "remove"}, {"path", path}, {"recursive", recursive}});
+  if (!r) return tl::unexpected(r.error());
+  return Ok();
+}
+
+Status Platform::RenameFile(const std::string& sandbox_id, const std::string& from,
+                            const std::string& to) {
+  SPACE_TRY(ValidateSandboxPath(from));
+  SPACE_TRY(ValidateSandboxPath(to));
+  auto r = FileCall(*impl_, sandbox_id, {{"op", "rename"}, {"from", from}, {"to", to}});
+  if (!r) return tl::unexpected(r.error());
+  return Ok();
+}
+
+}  // namespace space::core

@@ -1,0 +1,169 @@
+// core: the sandbox platform itself — sandboxes, command sessions, operations, templates.
+//
+// Platform owns the store, the storage driver and the runtimes handed to it, one
+// AgentSession per live sandbox, and a small pool of worker threads that execute
+// operations. Every public method is thread-safe and *blocking* (it may talk to an agent
+// or the store); callers on an event loop run them on a blocking pool. Long waits are not
+// done here: callers Watch() a key and re-check when notified.
+//
+// State that matters lives in the store: a sandbox's row is written before any runtime
+// resource exists and removed only after they are all gone, so Recover() can always
+// finish or roll back what a killed daemon left behind.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/common.h"
+#include "common/json.h"
+#include "runtime/runtime.h"
+#include "store/store.h"
+#include "storage/storage.h"
+
+namespace space::core {
+
+// Largest piece of a file moved in one agent round trip (ReadFileChunk/WriteFileChunk).
+inline constexpr size_t kFileChunkBytes = 2u << 20;
+
+struct Config {
+  std::string data_dir;                      // absolute
+  std::string default_runtime = "oci";
+  std::string default_template = "base:latest";
+  int64_t max_file_bytes = 1ll << 30;        // largest file write accepted
+  int64_t agent_connect_timeout_ms = 15000;  // create: runtime started -> agent HELLO
+  int64_t agent_request_timeout_ms = 30000;
+  int worker_threads = 4;
+  uint32_t uid_shift = 1000000;              // template files are owned by root + shift
+};
+
+// Keys for Watch(): "op:<id>", "cmd:<sandbox>:<command>", "sb:<id>".
+class Notifier {
+ public:
+  using Callback = std::function<void()>;
+  // The callback runs (on some thread, possibly right away) once after the next
+  // Notify(key). Returns a handle that cancels it when destroyed.
+  std::shared_ptr<void> Watch(const std::string& key, Callback cb);
+  void Notify(const std::string& key);
+
+ private:
+  struct Entry;
+  std::mutex mu_;
+  std::multimap<std::string, std::shared_ptr<Entry>> entries_;
+};
+
+struct CreateSandboxRequest {
+  std::string template_ref;          // "" = default
+  std::string runtime;               // "" = default
+  runtime::Limits limits;
+  std::map<std::string, std::string> env;
+  std::map<std::string, std::string> metadata;
+  bool network = false;
+};
+
+struct SandboxFilter {
+  std::map<std::string, std::string> labels;   // all must match
+  std::string state;                           // "" = any
+};
+
+struct CommandRequest {
+  std::vector<std::string> argv;     // either argv ...
+  std::string shell;                 // ... or a shell string
+  std::map<std::string, std::string> env;
+  std::string cwd;
+  std::string user;
+  bool stdin = false;
+  int64_t timeout_ms = 0;
+};
+
+// A command's durable record plus its live output sizes.
+struct CommandInfo {
+  store::CommandRecord record;
+  uint64_t stdout_size = 0;
+  uint64_t stderr_size = 0;
+  bool ended() const { return record.state != "running" && record.state != "starting"; }
+};
+
+struct FileEntry {
+  Json json;   // as in docs/agent-protocol.md (ENTRY)
+};
+
+class Platform {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<Platform>> Create(
+      Config config, std::unique_ptr<store::Store> store, std::unique_ptr<storage::Driver> storage,
+      std::map<std::string, std::unique_ptr<runtime::Runtime>> runtimes);
+  ~Platform();
+
+  // Builds the built-in `base:latest` template (busybox) if it is missing.
+  [[nodiscard]] Status EnsureBaseTemplate(const std::string& busybox_path);
+  // Reconciles the store with what is really running: reattaches agents, finishes or
+  // rolls back interrupted operations, removes orphans. Call once, before serving.
+  [[nodiscard]] Status Recover();
+  // Stops worker threads and agent sessions; sandboxes keep running.
+  void Shutdown();
+
+  Notifier& notifier() { return notifier_; }
+  const Config& config() const { return config_; }
+
+  // Sandboxes. Create and Delete return the operation (already queued).
+  [[nodiscard]] Result<std::pair<store::OperationRecord, store::SandboxRecord>> CreateSandbox(
+      const CreateSandboxRequest& req);
+  [[nodiscard]] Result<std::vector<store::SandboxRecord>> ListSandboxes(const SandboxFilter& f);
+  [[nodiscard]] Result<store::SandboxRecord> GetSandbox(const std::string& id);
+  [[nodiscard]] Result<store::OperationRecord> DeleteSandbox(const std::string& id);
+
+  // Operations.
+  [[nodiscard]] Result<store::OperationRecord> GetOperation(const std::string& id);
+  [[nodiscard]] Result<std::vector<store::OperationRecord>> ListOperations(size_t limit,
+                                                                         const std::string& state);
+  [[nodiscard]] Result<std::vector<store::TemplateRecord>> ListTemplates();
+
+  // Commands.
+  [[nodiscard]] Result<CommandInfo> StartCommand(const std::string& sandbox_id,
+                                                 const CommandRequest& req);
+  [[nodiscard]] Result<CommandInfo> GetCommand(const std::string& sandbox_id, const std::string& cid);
+  [[nodiscard]] Result<std::vector<CommandInfo>> ListCommands(const std::string& sandbox_id);
+  // Reads up to `max` stored bytes of a stream at `offset` (never waits).
+  [[nodiscard]] Result<std::string> ReadOutput(const std::string& sandbox_id, const std::string& cid,
+                                               store::OutputStream s, uint64_t offset, size_t max);
+  [[nodiscard]] Status WriteStdin(const std::string& sandbox_id, const std::string& cid,
+                                  std::string_view bytes, bool eof);
+  [[nodiscard]] Status Signal(const std::string& sandbox_id, const std::string& cid, int signal);
+
+  // Files (paths absolute inside the sandbox).
+  [[nodiscard]] Result<Json> StatFile(const std::string& sandbox_id, const std::string& path);
+  [[nodiscard]] Result<Json> ListFiles(const std::string& sandbox_id, const std::string& path,
+                                       int depth);
+  // Reads a chunk; sets *eof and *size (file size).
+  [[nodiscard]] Result<std::string> ReadFileChunk(const std::string& sandbox_id,
+                                                  const std::string& path, uint64_t offset,
+                                                  size_t length, bool* eof, uint64_t* size);
+  [[nodiscard]] Status WriteFileChunk(const std::string& sandbox_id, const std::string& path,
+                                      uint64_t offset, std::string_view bytes, bool truncate,
+                                      int mode);
+  [[nodiscard]] Status MakeDir(const std::string& sandbox_id, const std::string& path);
+  [[nodiscard]] Status RemoveFile(const std::string& sandbox_id, const std::string& path,
+                                  bool recursive);
+  [[nodiscard]] Status RenameFile(const std::string& sandbox_id, const std::string& from,
+                                  const std::string& to);
+
+  // Implementation types (defined in core's .cc files).
+  struct Sandbox;
+  struct Impl;
+
+ private:
+  explicit Platform(Config config);
+  Config config_;
+  Notifier notifier_;          // before impl_: sessions notify until they are gone
+  std::unique_ptr<Impl> impl_;
+};
+
+// Validates an absolute sandbox path: non-empty, starts with '/', no NUL, <= 4096 bytes.
+[[nodiscard]] Status ValidateSandboxPath(const std::string& path);
+
+}  // namespace space::core

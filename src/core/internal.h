@@ -1,0 +1,86 @@
+// core/internal: the in-memory side of Platform, shared by core's .cc files only.
+//
+// Locking order (never take them the other way round):
+//   Impl::mu  ->  Sandbox::mu  ->  Sandbox::cmd_mu  ->  Command::mu
+// The agent reader thread takes only cmd_mu and Command::mu, so a thread holding
+// Sandbox::mu may block on an agent Call().
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/agent_session.h"
+#include "core/core.h"
+
+namespace space::core {
+
+struct Command {
+  std::mutex mu;
+  store::CommandRecord rec;
+  std::unique_ptr<store::OutputLog> log;
+};
+
+struct Platform::Sandbox {
+  std::mutex mu;  // serialises lifecycle transitions; guards rec and session
+  store::SandboxRecord rec;
+  std::shared_ptr<AgentSession> session;
+  uint32_t next_stream = 1;
+
+  std::mutex cmd_mu;  // guards the maps below
+  std::map<uint32_t, std::shared_ptr<Command>> by_stream;       // live commands
+  std::map<std::string, std::shared_ptr<Command>> commands;     // live commands by id
+};
+
+struct Platform::Impl {
+  Platform* self = nullptr;
+  Config config;
+  std::unique_ptr<store::Store> store;
+  std::unique_ptr<storage::Driver> storage;
+  std::map<std::string, std::unique_ptr<runtime::Runtime>> runtimes;
+
+  std::mutex mu;  // guards sandboxes
+  std::map<std::string, std::shared_ptr<Sandbox>> sandboxes;
+
+  // Operation workers.
+  std::mutex q_mu;
+  std::condition_variable q_cv;
+  std::deque<std::function<void()>> queue;
+  std::vector<std::thread> workers;
+  bool stopping = false;
+
+  void Enqueue(std::function<void()> job);
+  void WorkerLoop();
+
+  std::shared_ptr<Sandbox> Find(const std::string& id);
+  runtime::Runtime* RuntimeFor(const store::SandboxRecord& rec);
+  std::string LogDir(const std::string& sandbox_id) const;
+
+  // Persists rec (with updated_ms) and notifies "sb:<id>". Caller holds sb->mu.
+  Status SaveSandbox(Sandbox& sb);
+  // Persists op and notifies "op:<id>".
+  void SaveOperation(store::OperationRecord& op);
+  void FinishOperation(store::OperationRecord& op, const Status& st, Json result = Json::object());
+
+  // Connects the agent session of a sandbox and reconciles its commands with the agent's
+  // HELLO. Caller holds sb->mu.
+  Status ConnectAgent(const std::shared_ptr<Sandbox>& sb, int64_t timeout_ms);
+  void OnAgentLost(const std::weak_ptr<Sandbox>& weak, const Error& why);
+  // Marks every live command of the sandbox lost with `reason` (persisted).
+  void LoseCommands(Sandbox& sb, const std::string& reason);
+  // Loads a sandbox's running commands from the store into its live maps.
+  Status LoadLiveCommands(Sandbox& sb);
+
+  void RunCreate(std::shared_ptr<Sandbox> sb, store::OperationRecord op, std::string digest);
+  void RunDelete(std::shared_ptr<Sandbox> sb, store::OperationRecord op);
+  // Releases every resource of a sandbox and deletes its records. Caller holds sb->mu.
+  Status Teardown(Sandbox& sb);
+};
+
+}  // namespace space::core

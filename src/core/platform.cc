@@ -1,0 +1,751 @@
+// Sandbox lifecycle, operations and crash recovery.
+#include <dirent.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <set>
+
+#include "core/internal.h"
+#include "core/templates.h"
+#include "sys/sys.h"
+
+namespace space::core {
+
+namespace {
+
+constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+std::string DigestHex(const std::string& digest) {
+  return StartsWith(digest, "sha256:") ? digest.substr(7) : digest;
+}
+
+Json LimitsJson(const runtime::Limits& l) {
+  return {{"memory_bytes", l.memory_bytes}, {"pids", l.pids}, {"cpus", l.cpus},
+          {"disk_bytes", l.disk_bytes}};
+}
+
+runtime::Limits LimitsFromJson(const Json& j) {
+  runtime::Limits l;
+  l.memory_bytes = JsonIntOr(j, "memory_bytes", l.memory_bytes);
+  l.pids = JsonIntOr(j, "pids", l.pids);
+  if (const Json* c = JsonField(j, "cpus"); c && c->is_number()) l.cpus = c->get<double>();
+  l.disk_bytes = JsonIntOr(j, "disk_bytes", l.disk_bytes);
+  return l;
+}
+
+Status ValidateEnvKey(const std::string& k) {
+  if (k.empty() || k.size() > 1024 || k.find('=') != std::string::npos ||
+      k.find('\0') != std::string::npos)
+    return Fail(Errc::kInvalidArgument, "invalid environment variable name \"" + k + "\"");
+  return Ok();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Notifier
+
+struct Notifier::Entry {
+  std::mutex mu;
+  Callback cb;
+};
+
+std::shared_ptr<void> Notifier::Watch(const std::string& key, Callback cb) {
+  auto e = std::make_shared<Entry>();
+  e->cb = std::move(cb);
+  {
+    std::lock_guard lock(mu_);
+    entries_.emplace(key, e);
+  }
+  // The handle clears the callback (so a late Notify does nothing) and the entry.
+  return std::shared_ptr<void>(nullptr, [this, key, e](void*) {
+    {
+      std::lock_guard l(e->mu);
+      e->cb = nullptr;
+    }
+    std::lock_guard lock(mu_);
+    auto [b, end] = entries_.equal_range(key);
+    for (auto it = b; it != end; ++it) {
+      if (it->second == e) {
+        entries_.erase(it);
+        break;
+      }
+    }
+  });
+}
+
+void Notifier::Notify(const std::string& key) {
+  std::vector<std::shared_ptr<Entry>> fire;
+  {
+    std::lock_guard lock(mu_);
+    auto [b, end] = entries_.equal_range(key);
+    for (auto it = b; it != end; ++it) fire.push_back(it->second);
+    entries_.erase(b, end);
+  }
+  for (auto& e : fire) {
+    Callback cb;
+    {
+      std::lock_guard l(e->mu);
+      cb = std::move(e->cb);
+      e->cb = nullptr;
+    }
+    if (cb) cb();
+  }
+}
+
+// ---------------------------------------------------------------- Impl helpers
+
+void Platform::Impl::Enqueue(std::function<void()> job) {
+  std::lock_guard lock(q_mu);
+  queue.push_back(std::move(job));
+  q_cv.notify_one();
+}
+
+void Platform::Impl::WorkerLoop() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock lock(q_mu);
+      q_cv.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (stopping) return;
+      job = std::move(queue.front());
+      queue.pop_front();
+    }
+    job();
+  }
+}
+
+std::shared_ptr<Platform::Sandbox> Platform::Impl::Find(const std::string& id) {
+  std::lock_guard lock(mu);
+  auto it = sandboxes.find(id);
+  return it == sandboxes.end() ? nullptr : it->second;
+}
+
+runtime::Runtime* Platform::Impl::RuntimeFor(const store::SandboxRecord& rec) {
+  auto it = runtimes.find(rec.runtime);
+  return it == runtimes.end() ? nullptr : it->second.get();
+}
+
+std::string Platform::Impl::LogDir(const std::string& sandbox_id) const {
+  return config.data_dir + "/logs/" + sandbox_id;
+}
+
+Status Platform::Impl::SaveSandbox(Sandbox& sb) {
+  sb.rec.updated_ms = NowUnixMillis();
+  auto st = store->PutSandbox(sb.rec);
+  self->notifier().Notify("sb:" + sb.rec.id);
+  return st;
+}
+
+void Platform::Impl::SaveOperation(store::OperationRecord& op) {
+  op.updated_ms = NowUnixMillis();
+  if (auto st = store->PutOperation(op); !st) {
+    spdlog::error("persist operation {}: {}", op.id, st.error().message);
+  }
+  self->notifier().Notify("op:" + op.id);
+}
+
+void Platform::Impl::FinishOperation(store::OperationRecord& op, const Status& st, Json result) {
+  if (st) {
+    op.state = "succeeded";
+    op.result = std::move(result);
+    op.error_code.clear();
+    op.error_message.clear();
+  } else {
+    op.state = "failed";
+    op.error_code = std::string(ErrcName(st.error().code));
+    op.error_message = st.error().message;
+    spdlog::warn("operation {} ({} {}) failed: {}", op.id, op.kind, op.target, op.error_message);
+  }
+  SaveOperation(op);
+}
+
+// ---------------------------------------------------------------- Platform
+
+Platform::Platform(Config config) : config_(std::move(config)) {}
+
+Platform::~Platform() { Shutdown(); }
+
+Result<std::unique_ptr<Platform>> Platform::Create(
+    Config config, std::unique_ptr<store::Store> store, std::unique_ptr<storage::Driver> storage,
+    std::map<std::string, std::unique_ptr<runtime::Runtime>> runtimes) {
+  if (runtimes.find(config.default_runtime) == runtimes.end())
+    return Fail(Errc::kInvalidArgument, "default runtime " + config.default_runtime + " is not available");
+  SPACE_TRY(sys::MkdirAll(config.data_dir + "/logs", 0700));
+  SPACE_TRY(sys::MkdirAll(config.data_dir + "/tmp", 0700));
+  std::unique_ptr<Platform> p(new Platform(config));
+  p->impl_ = std::make_unique<Impl>();
+  Impl& impl = *p->impl_;
+  impl.self = p.get();
+  impl.config = std::move(config);
+  impl.store = std::move(store);
+  impl.storage = std::move(storage);
+  impl.runtimes = std::move(runtimes);
+  for (int i = 0; i < std::max(1, impl.config.worker_threads); ++i) {
+    impl.workers.emplace_back([&impl] { impl.WorkerLoop(); });
+  }
+  return p;
+}
+
+void Platform::Shutdown() {
+  if (!impl_) return;
+  {
+    std::lock_guard lock(impl_->q_mu);
+    if (impl_->stopping) return;
+    impl_->stopping = true;
+    impl_->q_cv.notify_all();
+  }
+  for (auto& t : impl_->workers) t.join();
+  std::vector<std::shared_ptr<AgentSession>> sessions;
+  {
+    std::lock_guard lock(impl_->mu);
+    for (auto& [id, sb] : impl_->sandboxes) {
+      std::lock_guard l(sb->mu);
+      if (sb->session) sessions.push_back(std::move(sb->session));
+    }
+  }
+  for (auto& s : sessions) s->Close();
+}
+
+Status Platform::EnsureBaseTemplate(const std::string& busybox_path) {
+  auto existing = impl_->store->GetTemplate("base", "latest");
+  if (existing && impl_->storage->HasLayer(DigestHex(existing->digest))) return Ok();
+  auto tmp = sys::TempDir::Create(config_.data_dir + "/tmp", "base-");
+  if (!tmp) return tl::unexpected(tmp.error());
+  SPACE_TRY_WRAP(BuildBaseTree(tmp->path(), busybox_path), "build base template");
+  auto digest = TreeDigest(tmp->path());
+  if (!digest) return tl::unexpected(digest.error());
+  if (!impl_->storage->HasLayer(DigestHex(*digest))) {
+    SPACE_TRY_WRAP(impl_->storage->ImportLayer(DigestHex(*digest), tmp->path(), config_.uid_shift),
+                   "import base template");
+  }
+  store::TemplateRecord t;
+  t.name = "base";
+  t.tag = "latest";
+  t.digest = *digest;
+  t.config = {{"env", Json::array({std::string("PATH=") + kDefaultPath})},
+              {"workdir", "/root"},
+              {"user", "root"}};
+  t.created_ms = NowUnixMillis();
+  SPACE_TRY(impl_->store->PutTemplate(t));
+  spdlog::info("built template base:latest ({})", *digest);
+  return Ok();
+}
+
+Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::CreateSandbox(
+    const CreateSandboxRequest& req) {
+  std::string ref = req.template_ref.empty() ? config_.default_template : req.template_ref;
+  auto parsed = ParseTemplateRef(ref);
+  if (!parsed) return tl::unexpected(parsed.error());
+  auto tmpl = impl_->store->GetTemplate(parsed->first, parsed->second);
+  if (!tmpl) {
+    if (tmpl.error().code == Errc::kNotFound)
+      return Fail(Errc::kNotFound, "unknown template " + parsed->first + ":" + parsed->second);
+    return tl::unexpected(tmpl.error());
+  }
+  std::string rt = req.runtime.empty() ? config_.default_runtime : req.runtime;
+  if (impl_->runtimes.find(rt) == impl_->runtimes.end())
+    return Fail(Errc::kInvalidArgument, "unknown runtime \"" + rt + "\"");
+  const auto& l = req.limits;
+  if (l.memory_bytes != 0 && l.memory_bytes < (16ll << 20))
+    return Fail(Errc::kInvalidArgument, "limits.memory_bytes must be 0 (unlimited) or >= 16 MiB");
+  if (l.pids != 0 && l.pids < 8) return Fail(Errc::kInvalidArgument, "limits.pids must be 0 or >= 8");
+  if (l.cpus < 0 || l.cpus > 1024) return Fail(Errc::kInvalidArgument, "limits.cpus out of range");
+  if (l.disk_bytes < 0) return Fail(Errc::kInvalidArgument, "limits.disk_bytes must be >= 0");
+  Json env = Json::object();
+  for (const auto& [k, v] : req.env) {
+    SPACE_TRY(ValidateEnvKey(k));
+    if (v.find('\0') != std::string::npos)
+      return Fail(Errc::kInvalidArgument, "environment value of " + k + " contains NUL");
+    env[k] = v;
+  }
+  if (req.metadata.size() > 64) return Fail(Errc::kInvalidArgument, "at most 64 metadata labels");
+  Json meta = Json::object();
+  for (const auto& [k, v] : req.metadata) {
+    if (k.empty() || k.size() > 256 || v.size() > 4096)
+      return Fail(Errc::kInvalidArgument, "metadata keys must be 1-256 bytes, values <= 4096");
+    meta[k] = v;
+  }
+
+  auto sb = std::make_shared<Sandbox>();
+  sb->rec.id = NewId("sb");
+  sb->rec.template_ref = parsed->first + ":" + parsed->second;
+  sb->rec.template_digest = tmpl->digest;
+  sb->rec.runtime = rt;
+  sb->rec.state = "creating";
+  sb->rec.spec = {{"limits", LimitsJson(l)}, {"env", env}, {"network", req.network},
+                  {"template_config", tmpl->config}};
+  sb->rec.metadata = meta;
+  sb->rec.created_ms = sb->rec.updated_ms = NowUnixMillis();
+
+  store::OperationRecord op;
+  op.id = NewId("op");
+  op.kind = "create";
+  op.target = sb->rec.id;
+  op.state = "pending";
+  op.created_ms = op.updated_ms = sb->rec.created_ms;
+  SPACE_TRY(impl_->store->PutSandbox(sb->rec));
+  SPACE_TRY(impl_->store->PutOperation(op));
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->sandboxes[sb->rec.id] = sb;
+  }
+  auto rec = sb->rec;
+  impl_->Enqueue([impl = impl_.get(), sb, op, digest = tmpl->digest] {
+    impl->RunCreate(sb, op, digest);
+  });
+  return std::make_pair(op, rec);
+}
+
+void Platform::Impl::RunCreate(std::shared_ptr<Sandbox> sb, store::OperationRecord op,
+                               std::string digest) {
+  op.state = "running";
+  SaveOperation(op);
+  std::lock_guard lock(sb->mu);
+  auto* rt = RuntimeFor(sb->rec);
+  auto run = [&]() -> Status {
+    if (!rt) return Fail(Errc::kInvalidArgument, "runtime " + sb->rec.runtime + " is gone");
+    const Json* lj = JsonField(sb->rec.spec, "limits");
+    runtime::Limits limits = LimitsFromJson(lj ? *lj : Json::object());
+    auto root = storage->CreateRoot(sb->rec.id, DigestHex(digest), limits.disk_bytes);
+    if (!root) return tl::unexpected(std::move(root.error()).Wrap("create root filesystem"));
+    runtime::InstanceSpec spec;
+    spec.id = sb->rec.id;
+    spec.rootfs = *root;
+    spec.hostname = "sandbox";
+    spec.limits = limits;
+    spec.network = JsonBoolOr(sb->rec.spec, "network", false);
+    bool have_path = false;
+    const Json& tc = sb->rec.spec["template_config"];
+    if (const Json* env = JsonField(tc, "env"); env && env->is_array()) {
+      for (const auto& e : *env) {
+        if (!e.is_string()) continue;
+        spec.env.push_back(e.get<std::string>());
+        if (StartsWith(spec.env.back(), "PATH=")) have_path = true;
+      }
+    }
+    for (const auto& [k, v] : sb->rec.spec["env"].items()) {
+      if (v.is_string()) spec.env.push_back(k + "=" + v.get<std::string>());
+      if (k == "PATH") have_path = true;
+    }
+    if (!have_path) spec.env.push_back(std::string("PATH=") + kDefaultPath);
+    SPACE_TRY_WRAP(rt->Start(spec), "start " + sb->rec.runtime + " instance");
+    SPACE_TRY_WRAP(ConnectAgent(sb, config.agent_connect_timeout_ms), "connect to agent");
+    sb->rec.state = "running";
+    sb->rec.reason.clear();
+    return SaveSandbox(*sb);
+  };
+  auto st = run();
+  if (!st) {
+    if (sb->session) {
+      sb->session->Close();
+      sb->session.reset();
+    }
+    if (rt) (void)rt->Destroy(sb->rec.id);
+    (void)storage->DeleteRoot(sb->rec.id);
+    sb->rec.state = "error";
+    sb->rec.reason = "create failed: " + st.error().message;
+    (void)SaveSandbox(*sb);
+  }
+  FinishOperation(op, st, {{"sandbox_id", sb->rec.id}});
+}
+
+Status Platform::Impl::ConnectAgent(const std::shared_ptr<Sandbox>& sb, int64_t timeout_ms) {
+  auto* rt = RuntimeFor(sb->rec);
+  if (!rt) return Fail(Errc::kInternal, "no runtime " + sb->rec.runtime);
+  std::weak_ptr<Sandbox> weak = sb;
+  AgentSession::Handlers h;
+  Platform* platform = self;
+  h.on_output = [weak, platform](uint32_t stream, store::OutputStream s, uint64_t offset,
+                                 std::string_view bytes) -> Result<uint64_t> {
+    auto sb = weak.lock();
+    if (!sb) return offset + bytes.size();
+    std::shared_ptr<Command> cmd;
+    {
+      std::lock_guard l(sb->cmd_mu);
+      auto it = sb->by_stream.find(stream);
+      if (it != sb->by_stream.end()) cmd = it->second;
+    }
+    if (!cmd) {
+      // Output of a command we no longer track (already ended): let the agent drain it.
+      return offset + bytes.size();
+    }
+    std::string key;
+    Result<uint64_t> size;
+    {
+      std::lock_guard l(cmd->mu);
+      size = cmd->log->Append(s, offset, bytes);
+      key = "cmd:" + sb->rec.id + ":" + cmd->rec.id;
+    }
+    platform->notifier().Notify(key);
+    return size;
+  };
+  h.on_exit = [weak, this](uint32_t stream, const Json& exit) -> Status {
+    auto sb = weak.lock();
+    if (!sb) return Fail(Errc::kNotFound, "sandbox gone");
+    std::shared_ptr<Command> cmd;
+    {
+      std::lock_guard l(sb->cmd_mu);
+      auto it = sb->by_stream.find(stream);
+      if (it == sb->by_stream.end()) return Fail(Errc::kNotFound, "unknown command stream");
+      cmd = it->second;
+    }
+    std::string key;
+    {
+      std::lock_guard l(cmd->mu);
+      cmd->rec.state = "exited";
+      if (auto c = JsonInt(exit, "exit_code")) cmd->rec.exit_code = static_cast<int>(*c);
+      if (auto s = JsonInt(exit, "signal")) cmd->rec.signal = static_cast<int>(*s);
+      cmd->rec.timed_out = JsonBoolOr(exit, "timed_out", false);
+      cmd->rec.ended_ms = NowUnixMillis();
+      (void)cmd->log->Sync();
+      SPACE_TRY(store->PutCommand(cmd->rec));
+      key = "cmd:" + sb->rec.id + ":" + cmd->rec.id;
+    }
+    {
+      std::lock_guard l(sb->cmd_mu);
+      sb->by_stream.erase(stream);
+      sb->commands.erase(cmd->rec.id);
+    }
+    self->notifier().Notify(key);
+    return Ok();
+  };
+  h.on_disconnect = [weak, this](const Error& why) {
+    Enqueue([this, weak, why] { OnAgentLost(weak, why); });
+  };
+  Json hello;
+  auto session = AgentSession::Connect(rt->AgentSocketPath(sb->rec.id), std::move(h), timeout_ms,
+                                       &hello);
+  if (!session) return tl::unexpected(session.error());
+  sb->session = std::move(*session);
+  // Commands we think run but the agent does not know were lost (e.g. the sandbox's
+  // init restarted).
+  std::set<uint32_t> known;
+  if (const Json* cmds = JsonField(hello, "commands"); cmds && cmds->is_array()) {
+    for (const auto& c : *cmds) {
+      if (auto s = JsonInt(c, "stream")) known.insert(static_cast<uint32_t>(*s));
+    }
+  }
+  std::vector<std::shared_ptr<Command>> lost;
+  {
+    std::lock_guard l(sb->cmd_mu);
+    for (auto it = sb->by_stream.begin(); it != sb->by_stream.end();) {
+      if (known.count(it->first)) {
+        ++it;
+        continue;
+      }
+      lost.push_back(it->second);
+      sb->commands.erase(it->second->rec.id);
+      it = sb->by_stream.erase(it);
+    }
+  }
+  for (auto& cmd : lost) {
+    std::lock_guard l(cmd->mu);
+    cmd->rec.state = "lost";
+    cmd->rec.reason = "the sandbox's agent no longer knows this command";
+    cmd->rec.ended_ms = NowUnixMillis();
+    (void)store->PutCommand(cmd->rec);
+    self->notifier().Notify("cmd:" + sb->rec.id + ":" + cmd->rec.id);
+  }
+  return Ok();
+}
+
+void Platform::Impl::LoseCommands(Sandbox& sb, const std::string& reason) {
+  std::map<std::string, std::shared_ptr<Command>> cmds;
+  {
+    std::lock_guard l(sb.cmd_mu);
+    cmds.swap(sb.commands);
+    sb.by_stream.clear();
+  }
+  for (auto& [id, cmd] : cmds) {
+    std::lock_guard l(cmd->mu);
+    if (cmd->rec.state != "running" && cmd->rec.state != "starting") continue;
+    cmd->rec.state = "lost";
+    cmd->rec.reason = reason;
+    cmd->rec.ended_ms = NowUnixMillis();
+    (void)store->PutCommand(cmd->rec);
+    self->notifier().Notify("cmd:" + sb.rec.id + ":" + id);
+  }
+}
+
+Status Platform::Impl::LoadLiveCommands(Sandbox& sb) {
+  auto cmds = store->ListCommands(sb.rec.id);
+  if (!cmds) return tl::unexpected(cmds.error());
+  std::lock_guard l(sb.cmd_mu);
+  for (auto& rec : *cmds) {
+    sb.next_stream = std::max(sb.next_stream, rec.stream + 1);
+    if (rec.state != "running" && rec.state != "starting") continue;
+    auto cmd = std::make_shared<Command>();
+    cmd->rec = rec;
+    auto log = store::OutputLog::Open(LogDir(sb.rec.id), rec.id);
+    if (!log) return tl::unexpected(log.error());
+    cmd->log = std::move(*log);
+    sb.by_stream[rec.stream] = cmd;
+    sb.commands[rec.id] = cmd;
+  }
+  return Ok();
+}
+
+void Platform::Impl::OnAgentLost(const std::weak_ptr<Sandbox>& weak, const Error& why) {
+  auto sb = weak.lock();
+  if (!sb) return;
+  std::lock_guard lock(sb->mu);
+  if (sb->rec.state != "running") return;  // deleting, paused, or already handled
+  if (sb->session && sb->session->connected()) return;
+  sb->session.reset();
+  auto* rt = RuntimeFor(sb->rec);
+  auto state = rt ? rt->Inspect(sb->rec.id) : Fail(Errc::kInternal, "no runtime");
+  if (state && *state == runtime::InstanceState::kRunning) {
+    // The instance lives: the connection broke (e.g. a protocol error). Reconnect; the
+    // agent retransmits everything unacknowledged.
+    spdlog::warn("sandbox {}: agent connection lost ({}); reconnecting", sb->rec.id, why.message);
+    if (ConnectAgent(sb, 5000)) return;
+  }
+  std::string reason = "the sandbox's init exited (" + why.message + ")";
+  spdlog::warn("sandbox {}: {}", sb->rec.id, reason);
+  LoseCommands(*sb, "the sandbox stopped");
+  if (rt) (void)rt->Destroy(sb->rec.id);
+  sb->rec.state = "error";
+  sb->rec.reason = reason;
+  (void)SaveSandbox(*sb);
+}
+
+Result<std::vector<store::SandboxRecord>> Platform::ListSandboxes(const SandboxFilter& f) {
+  std::vector<std::shared_ptr<Sandbox>> all;
+  {
+    std::lock_guard lock(impl_->mu);
+    for (auto& [id, sb] : impl_->sandboxes) all.push_back(sb);
+  }
+  std::vector<store::SandboxRecord> out;
+  for (auto& sb : all) {
+    store::SandboxRecord rec;
+    {
+      std::lock_guard l(sb->mu);
+      rec = sb->rec;
+    }
+    if (!f.state.empty() && rec.state != f.state) continue;
+    bool match = true;
+    for (const auto& [k, v] : f.labels) {
+      auto it = rec.metadata.find(k);
+      if (it == rec.metadata.end() || !it->is_string() || it->get<std::string>() != v) {
+        match = false;
+        break;
+      }
+    }
+    if (match) out.push_back(std::move(rec));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.created_ms != b.created_ms ? a.created_ms < b.created_ms : a.id < b.id;
+  });
+  return out;
+}
+
+Result<store::SandboxRecord> Platform::GetSandbox(const std::string& id) {
+  auto sb = impl_->Find(id);
+  if (!sb) return Fail(Errc::kNotFound, "no sandbox " + id);
+  std::lock_guard l(sb->mu);
+  return sb->rec;
+}
+
+Result<store::OperationRecord> Platform::DeleteSandbox(const std::string& id) {
+  auto sb = impl_->Find(id);
+  if (!sb) return Fail(Errc::kNotFound, "no sandbox " + id);
+  store::OperationRecord op;
+  {
+    // try_lock: a transition in progress holds the lock; answer 409 instead of waiting.
+    std::unique_lock l(sb->mu, std::try_to_lock);
+    if (!l.owns_lock() || sb->rec.state == "creating")
+      return Fail(Errc::kConflict, "sandbox " + id + " is " +
+                                       (l.owns_lock() ? sb->rec.state : "busy") +
+                                       "; try again when the current operation ends");
+    if (sb->rec.state == "deleting")
+      return Fail(Errc::kConflict, "sandbox " + id + " is already being deleted");
+    op.id = NewId("op");
+    op.kind = "delete";
+    op.target = id;
+    op.state = "pending";
+    op.created_ms = op.updated_ms = NowUnixMillis();
+    SPACE_TRY(impl_->store->PutOperation(op));
+    sb->rec.state = "deleting";
+    SPACE_TRY(impl_->SaveSandbox(*sb));
+  }
+  impl_->Enqueue([impl = impl_.get(), sb, op] { impl->RunDelete(sb, op); });
+  return op;
+}
+
+Status Platform::Impl::Teardown(Sandbox& sb) {
+  if (sb.session) {
+    sb.session->Close();
+    sb.session.reset();
+  }
+  LoseCommands(sb, "the sandbox was deleted");
+  if (auto* rt = RuntimeFor(sb.rec)) SPACE_TRY_WRAP(rt->Destroy(sb.rec.id), "destroy instance");
+  SPACE_TRY_WRAP(storage->DeleteRoot(sb.rec.id), "delete root filesystem");
+  SPACE_TRY_WRAP(sys::RemoveAll(LogDir(sb.rec.id)), "remove output logs");
+  SPACE_TRY(store->DeleteSandbox(sb.rec.id));
+  return Ok();
+}
+
+void Platform::Impl::RunDelete(std::shared_ptr<Sandbox> sb, store::OperationRecord op) {
+  op.state = "running";
+  SaveOperation(op);
+  Status st;
+  {
+    std::lock_guard l(sb->mu);
+    st = Teardown(*sb);
+    if (st) {
+      sb->rec.state = "deleted";
+    } else {
+      sb->rec.state = "error";
+      sb->rec.reason = "delete failed: " + st.error().message;
+      (void)SaveSandbox(*sb);
+    }
+  }
+  if (st) {
+    std::lock_guard lock(mu);
+    sandboxes.erase(sb->rec.id);
+  }
+  self->notifier().Notify("sb:" + sb->rec.id);
+  FinishOperation(op, st, {{"sandbox_id", sb->rec.id}});
+}
+
+Result<store::OperationRecord> Platform::GetOperation(const std::string& id) {
+  return impl_->store->GetOperation(id);
+}
+
+Result<std::vector<store::OperationRecord>> Platform::ListOperations(size_t limit,
+                                                                    const std::string& state) {
+  return impl_->store->ListOperations(limit, state);
+}
+
+Result<std::vector<store::TemplateRecord>> Platform::ListTemplates() {
+  return impl_->store->ListTemplates();
+}
+
+// ---------------------------------------------------------------- recovery
+
+Status Platform::Recover() {
+  Impl& impl = *impl_;
+  auto recs = impl.store->ListSandboxes();
+  if (!recs) return tl::unexpected(recs.error());
+  std::set<std::string> keep_instances, keep_roots, keep_logs;
+  for (auto& rec : *recs) {
+    auto sb = std::make_shared<Sandbox>();
+    sb->rec = rec;
+    std::lock_guard l(sb->mu);
+    auto* rt = impl.RuntimeFor(rec);
+    keep_roots.insert(rec.id);
+    keep_logs.insert(rec.id);
+    if (rec.state == "creating" || rec.state == "deleting" || !rt) {
+      // Interrupted create: roll back. Interrupted delete: finish it.
+      bool deleting = rec.state == "deleting";
+      if (rt) (void)rt->Destroy(rec.id);
+      if (deleting) {
+        auto st = impl.Teardown(*sb);
+        if (st) {
+          keep_roots.erase(rec.id);
+          keep_logs.erase(rec.id);
+          spdlog::info("recovery: finished deleting sandbox {}", rec.id);
+          continue;
+        }
+        sb->rec.state = "error";
+        sb->rec.reason = "delete interrupted by a daemon restart and failed: " + st.error().message;
+      } else {
+        (void)impl.storage->DeleteRoot(rec.id);
+        sb->rec.state = "error";
+        sb->rec.reason = rt ? "creation was interrupted by a daemon restart"
+                            : "runtime " + rec.runtime + " is not available";
+      }
+      SPACE_TRY(impl.SaveSandbox(*sb));
+    } else if (rec.state == "running" || rec.state == "paused") {
+      SPACE_TRY(impl.LoadLiveCommands(*sb));
+      auto state = rt->Inspect(rec.id);
+      bool alive = state && (*state == runtime::InstanceState::kRunning ||
+                             *state == runtime::InstanceState::kPaused);
+      if (alive) {
+        keep_instances.insert(rec.id);
+        if (*state == runtime::InstanceState::kPaused) {
+          sb->rec.state = "paused";  // the agent answers after resume
+        } else {
+          auto st = impl.ConnectAgent(sb, 5000);
+          if (!st) {
+            alive = false;
+            spdlog::warn("recovery: sandbox {}: agent unreachable: {}", rec.id, st.error().message);
+          }
+        }
+      }
+      if (!alive) {
+        impl.LoseCommands(*sb, "the sandbox's processes died while spaced was down");
+        keep_instances.erase(rec.id);
+        (void)rt->Destroy(rec.id);
+        sb->rec.state = "error";
+        sb->rec.reason = "the sandbox's processes died while spaced was down";
+        SPACE_TRY(impl.SaveSandbox(*sb));
+      }
+    } else {
+      // error / suspended: no instance should run. Keep the sandbox's mutable state.
+      sb->next_stream = 1;
+      SPACE_TRY(impl.LoadLiveCommands(*sb));
+      impl.LoseCommands(*sb, "the sandbox is in state " + rec.state);
+      (void)rt->Destroy(rec.id);
+    }
+    std::lock_guard lock(impl.mu);
+    impl.sandboxes[rec.id] = sb;
+  }
+  // Operations left pending or running were interrupted.
+  auto ops = impl.store->ListOperations(0, "");
+  if (!ops) return tl::unexpected(ops.error());
+  for (auto& op : *ops) {
+    if (op.state != "pending" && op.state != "running") continue;
+    if (op.kind == "delete" && !impl.Find(op.target)) {
+      impl.FinishOperation(op, Ok(), {{"sandbox_id", op.target}});
+    } else {
+      impl.FinishOperation(op, Fail(Errc::kUnavailable, "interrupted by a daemon restart"));
+    }
+  }
+  // Orphans: instances, roots and logs without a sandbox record.
+  for (auto& [name, rt] : impl.runtimes) {
+    auto ids = rt->List();
+    if (!ids) {
+      spdlog::warn("recovery: list {} instances: {}", name, ids.error().message);
+      continue;
+    }
+    for (const auto& id : *ids) {
+      if (keep_instances.count(id)) continue;
+      auto sb = impl.Find(id);
+      if (sb && sb->rec.runtime == name && (sb->rec.state == "running" || sb->rec.state == "paused"))
+        continue;
+      spdlog::info("recovery: removing orphan {} instance {}", name, id);
+      (void)rt->Destroy(id);
+    }
+  }
+  for (const auto& id : impl.storage->ListRoots()) {
+    if (keep_roots.count(id)) continue;
+    spdlog::info("recovery: removing orphan root filesystem {}", id);
+    (void)impl.storage->DeleteRoot(id);
+  }
+  if (DIR* d = ::opendir((config_.data_dir + "/logs").c_str())) {
+    std::vector<std::string> names;
+    while (dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != ".." && !keep_logs.count(n)) names.push_back(n);
+    }
+    ::closedir(d);
+    for (const auto& n : names) (void)sys::RemoveAll(config_.data_dir + "/logs/" + n);
+  }
+  (void)sys::RemoveAll(config_.data_dir + "/tmp");
+  (void)sys::MkdirAll(config_.data_dir + "/tmp", 0700);
+  return Ok();
+}
+
+Status ValidateSandboxPath(const std::string& path) {
+  if (path.empty() || path[0] != '/')
+    return Fail(Errc::kInvalidArgument, "path must be absolute: \"" + path + "\"");
+  if (path.size() > 4096) return Fail(Errc::kInvalidArgument, "path longer than 4096 bytes");
+  if (path.find('\0') != std::string::npos)
+    return Fail(Errc::kInvalidArgument, "path contains a NUL byte");
+  return Ok();
+}
+
+}  // namespace space::core

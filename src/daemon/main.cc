@@ -1,0 +1,154 @@
+// spaced: wiring only — parses flags, opens the store, storage and runtimes, recovers,
+// and serves the HTTP API until SIGINT/SIGTERM. Sandboxes keep running after it exits.
+#include <signal.h>
+#include <sodium.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "api/api.h"
+#include "core/core.h"
+#include "runtime/oci/oci.h"
+#include "storage/storage.h"
+#include "store/store.h"
+#include "sys/sys.h"
+
+namespace {
+
+using namespace space;
+
+Result<std::string> LoadOrCreateApiKey(const std::string& data_dir) {
+  std::string path = data_dir + "/api-key";
+  if (sys::Exists(path)) {
+    auto key = sys::ReadFile(path);
+    if (!key) return key;
+    while (!key->empty() && (key->back() == '\n' || key->back() == ' ')) key->pop_back();
+    if (key->size() < 16) return Fail(Errc::kInvalidArgument, path + " holds a key shorter than 16 bytes");
+    return key;
+  }
+  unsigned char raw[24];
+  randombytes_buf(raw, sizeof raw);
+  std::string key = "sk-" + HexEncode(std::string_view(reinterpret_cast<char*>(raw), sizeof raw));
+  SPACE_TRY(sys::WriteFileAtomic(path, key + "\n", 0600));
+  return key;
+}
+
+int Fatal(const std::string& what, const Error& e) {
+  spdlog::critical("{}: {}", what, e.message);
+  std::fprintf(stderr, "spaced: %s: %s\n", what.c_str(), e.message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"spaced — the SPACE sandbox daemon"};
+  std::string listen = "127.0.0.1:7070";
+  std::string data_dir = "/var/lib/space";
+  std::string oci_binary = "crun";
+  std::string agent_binary;
+  std::string storage_kind = "auto";
+  std::string busybox = "/bin/busybox";
+  std::string log_level = "info";
+  int64_t max_file_bytes = 1ll << 30;
+  bool no_userns = false;
+  app.add_option("--listen", listen, "address:port to serve the API on")->capture_default_str();
+  app.add_option("--data-dir", data_dir, "where state, templates and sandboxes live")
+      ->capture_default_str();
+  app.add_option("--oci-runtime", oci_binary, "OCI runtime binary (crun or runc)")
+      ->capture_default_str();
+  app.add_option("--agent-binary", agent_binary, "space-agent to run as PID 1 (default: beside spaced)");
+  app.add_option("--storage", storage_kind, "storage driver: auto, btrfs or overlay")
+      ->capture_default_str();
+  app.add_option("--busybox", busybox, "static busybox for the built-in base template")
+      ->capture_default_str();
+  app.add_option("--max-file-bytes", max_file_bytes, "largest file upload")->capture_default_str();
+  app.add_flag("--no-userns", no_userns, "run sandboxes without a user namespace");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  if (sodium_init() < 0) return Fatal("init", Error{Errc::kInternal, 0, "libsodium"});
+
+  size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return Fatal("--listen", Error{Errc::kInvalidArgument, 0, "want ADDRESS:PORT"});
+  std::string address = listen.substr(0, colon);
+  int port = std::atoi(listen.c_str() + colon + 1);
+  if (port < 0 || port > 65535) return Fatal("--listen", Error{Errc::kInvalidArgument, 0, "bad port"});
+  if (address.size() > 2 && address.front() == '[') address = address.substr(1, address.size() - 2);
+
+  // Block the stop signals before any thread starts, so sigwait() below gets them.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  if (auto st = sys::MkdirAll(data_dir, 0711); !st) return Fatal("data dir", st.error());
+  auto abs = sys::RealPath(data_dir);
+  if (!abs) return Fatal("data dir", abs.error());
+  data_dir = *abs;
+  // Searchable, not listable: the sandboxes' unprivileged root must reach its files below.
+  ::chmod(data_dir.c_str(), 0711);
+  if (agent_binary.empty()) agent_binary = sys::SelfExeDir() + "/space-agent";
+
+  auto key = LoadOrCreateApiKey(data_dir);
+  if (!key) return Fatal("api key", key.error());
+  auto store = store::Store::Open(data_dir + "/space.db");
+  if (!store) return Fatal("open database", store.error());
+  auto storage = storage::Driver::Open(data_dir, storage_kind);
+  if (!storage) return Fatal("open storage", storage.error());
+  spdlog::info("storage driver: {}", (*storage)->Name());
+
+  runtime::OciOptions oci;
+  oci.state_dir = data_dir + "/runtime/oci";
+  oci.runtime_binary = oci_binary;
+  oci.agent_binary = agent_binary;
+  oci.user_namespace = !no_userns;
+  auto oci_rt = runtime::CreateOciRuntime(oci);
+  if (!oci_rt) return Fatal("oci runtime", oci_rt.error());
+  std::map<std::string, std::unique_ptr<runtime::Runtime>> runtimes;
+  runtimes["oci"] = std::move(*oci_rt);
+
+  core::Config config;
+  config.data_dir = data_dir;
+  config.max_file_bytes = max_file_bytes;
+  config.uid_shift = no_userns ? 0 : storage::kDefaultUidShift;
+  auto platform = core::Platform::Create(config, std::move(*store), std::move(*storage),
+                                         std::move(runtimes));
+  if (!platform) return Fatal("start", platform.error());
+  if (auto st = (*platform)->EnsureBaseTemplate(busybox); !st) return Fatal("base template", st.error());
+  if (auto st = (*platform)->Recover(); !st) return Fatal("recovery", st.error());
+
+  api::ServerOptions sopts;
+  sopts.address = address;
+  sopts.port = static_cast<uint16_t>(port);
+  sopts.api_key = *key;
+  auto server = api::Server::Start(platform->get(), sopts);
+  if (!server) return Fatal("listen", server.error());
+  std::string host = address.find(':') != std::string::npos ? "[" + address + "]" : address;
+  std::string url = "http://" + host + ":" + std::to_string((*server)->port());
+  (void)sys::WriteFileAtomic(data_dir + "/url", url + "\n", 0644);
+  spdlog::info("spaced listening on {} (data dir {})", url, data_dir);
+  std::printf(
+      "\nSPACE is running at %s\n"
+      "  API key:   %s/api-key\n"
+      "  Try:       build/bin/space --data-dir %s create\n"
+      "             build/bin/space --data-dir %s exec <id> -- echo hello\n"
+      "  or:        export SPACE_URL=%s SPACE_API_KEY=$(cat %s/api-key)\n\n",
+      url.c_str(), data_dir.c_str(), data_dir.c_str(), data_dir.c_str(), url.c_str(),
+      data_dir.c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop, &sig);
+  spdlog::info("signal {}: shutting down (sandboxes keep running)", sig);
+  (*server)->Stop();
+  server->reset();
+  (*platform)->Shutdown();
+  return 0;
+}

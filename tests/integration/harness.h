@@ -1,0 +1,179 @@
+// harness: starts a real spaced on a free loopback port with a temporary data dir, and
+// tears everything down afterwards — even when the test failed or spaced crashed:
+// sandboxes (through the API if spaced lives, else through a fresh oci runtime object on
+// the same state dir, exactly as a restarted daemon would), mounts under the data dir, the
+// storage pool, and the temporary directory.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "cli/client.h"
+#include "runtime/oci/oci.h"
+#include "storage/storage.h"
+#include "sys/sys.h"
+
+namespace space::testing {
+
+inline std::string BinDir() { return sys::SelfExeDir(); }
+
+inline bool CanRunSandboxes(std::string* why) {
+  if (::geteuid() != 0) {
+    *why = "needs root (namespaces, cgroups, loop devices)";
+    return false;
+  }
+  if (!sys::Exists("/usr/bin/crun") || !sys::Exists("/bin/busybox")) {
+    *why = "needs crun and busybox-static (make deps)";
+    return false;
+  }
+  return true;
+}
+
+#define SPACE_REQUIRE_SANDBOXES()                                   \
+  do {                                                              \
+    std::string why_;                                               \
+    if (!::space::testing::CanRunSandboxes(&why_)) GTEST_SKIP() << why_; \
+  } while (0)
+
+class Daemon {
+ public:
+  explicit Daemon(std::vector<std::string> extra_args = {}) : extra_(std::move(extra_args)) {
+    auto t = sys::TempDir::Create("/tmp", "space-it-");
+    if (!t) throw std::runtime_error(t.error().message);
+    dir_ = std::move(*t);
+    data_dir_ = dir_.path() + "/data";
+  }
+  ~Daemon() { Cleanup(); }
+
+  const std::string& data_dir() const { return data_dir_; }
+  pid_t pid() const { return child_.pid(); }
+  client::Client& client() { return *client_; }
+  std::string url() const { return url_; }
+  std::string api_key() const { return key_; }
+
+  // Starts spaced and waits until /healthz answers. Returns false (with a test failure) if
+  // it does not come up within 60 s.
+  bool Start() {
+    std::vector<std::string> argv = {BinDir() + "/spaced", "--listen", "127.0.0.1:0",
+                                     "--data-dir", data_dir_, "--log-level", "warn"};
+    argv.insert(argv.end(), extra_.begin(), extra_.end());
+    (void)sys::RemoveAll(data_dir_ + "/url");
+    std::string log = dir_.path() + "/spaced.log";
+    auto fd = sys::Open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (!fd) {
+      ADD_FAILURE() << fd.error().message;
+      return false;
+    }
+    auto child = sys::Spawn({.argv = argv, .stdout_fd = fd->get(), .stderr_fd = fd->get()});
+    if (!child) {
+      ADD_FAILURE() << "spawn spaced: " << child.error().message;
+      return false;
+    }
+    child_ = std::move(*child);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      int st;
+      if (::waitpid(child_.pid(), &st, WNOHANG) == child_.pid()) {
+        child_.Release();
+        ADD_FAILURE() << "spaced exited during start-up:\n" << Log();
+        return false;
+      }
+      auto url = sys::ReadFile(data_dir_ + "/url");
+      auto key = sys::ReadFile(data_dir_ + "/api-key");
+      if (url && key && !url->empty()) {
+        url_ = Trim(*url);
+        key_ = Trim(*key);
+        client_ = std::make_unique<client::Client>(url_, key_);
+        if (client_->Health()) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "spaced did not come up in 60 s:\n" << Log();
+    return false;
+  }
+
+  // SIGKILLs spaced (sandboxes keep running, as after a crash).
+  void Kill() {
+    if (child_.pid() > 0) {
+      ::kill(child_.pid(), SIGKILL);
+      (void)child_.Wait();
+    }
+  }
+  // SIGTERM and wait: a clean stop.
+  void Stop() {
+    if (child_.pid() > 0) {
+      ::kill(child_.pid(), SIGTERM);
+      (void)child_.Wait();
+    }
+  }
+
+  std::string Log() const {
+    auto l = sys::ReadFile(dir_.path() + "/spaced.log");
+    return l ? *l : "";
+  }
+
+  // Deletes every sandbox, stops spaced, and removes everything it left on the host.
+  void Cleanup() {
+    if (cleaned_) return;
+    cleaned_ = true;
+    if (client_ && child_.pid() > 0) {
+      if (auto list = client_->ListSandboxes(); list && list->is_array()) {
+        for (const auto& sb : *list) {
+          (void)client_->DeleteSandboxAndWait(sb.value("id", ""), std::chrono::seconds(30));
+        }
+      }
+    }
+    Stop();
+    // Anything spaced did not remove (it crashed, or a test killed it): destroy it the way
+    // a restarted daemon would.
+    runtime::OciOptions o;
+    o.state_dir = data_dir_ + "/runtime/oci";
+    o.agent_binary = BinDir() + "/space-agent";
+    if (sys::Exists(o.state_dir)) {
+      if (auto rt = runtime::CreateOciRuntime(o)) {
+        if (auto ids = (*rt)->List()) {
+          for (const auto& id : *ids) (void)(*rt)->Destroy(id);
+        }
+      }
+    }
+    if (auto st = storage::Driver::Teardown(data_dir_); !st) {
+      ADD_FAILURE() << "storage teardown: " << st.error().message;
+    }
+    for (const auto& m : sys::MountsUnder(dir_.path())) ::umount2(m.c_str(), MNT_DETACH);
+  }
+
+  static std::string Trim(std::string s) {
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+  }
+
+ private:
+  std::vector<std::string> extra_;
+  sys::TempDir dir_;
+  std::string data_dir_;
+  sys::ChildProcess child_;
+  std::unique_ptr<client::Client> client_;
+  std::string url_, key_;
+  bool cleaned_ = false;
+};
+
+// A sandbox created for a test; deleted when the guard goes out of scope.
+inline std::string CreateSandbox(client::Client& c, const Json& body = Json::object()) {
+  auto sb = c.CreateSandboxAndWait(body, std::chrono::seconds(60));
+  if (!sb) {
+    ADD_FAILURE() << "create sandbox: " << sb.error().message;
+    return "";
+  }
+  return sb->value("id", "");
+}
+
+}  // namespace space::testing
