@@ -1,6 +1,8 @@
 #include "core/agent_session.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -16,12 +18,19 @@ using agent::FrameType;
 
 namespace {
 
+// Connects to the agent's socket without following symlinks: the socket's directory is
+// writable from inside the sandbox, which could otherwise swap agent.sock for a link to
+// another host socket (another sandbox's agent, or a host service).
 Result<sys::UniqueFd> ConnectUnix(const std::string& path) {
+  sys::UniqueFd pfd(::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  if (!pfd) return ErrnoFail("open " + path);
+  struct stat st;
+  if (::fstat(pfd.get(), &st) != 0) return ErrnoFail("stat " + path);
+  if (!S_ISSOCK(st.st_mode)) return Fail(Errc::kPermissionDenied, path + " is not a socket");
+  std::string via = "/proc/self/fd/" + std::to_string(pfd.get());
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path)
-    return Fail(Errc::kInvalidArgument, "agent socket path too long: " + path);
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  std::memcpy(addr.sun_path, via.c_str(), via.size() + 1);
   sys::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) return ErrnoFail("socket");
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)

@@ -1,0 +1,170 @@
+// Unit tests of config.json generation (no root needed). The behaviour of the config
+// under a real crun is covered by oci_test.cc.
+#include "runtime/oci/bundle.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace space::runtime::oci {
+namespace {
+
+BundleParams Params() {
+  BundleParams p;
+  p.root_path = "/state/bundles/sb-1/rootfs";
+  p.agent_binary = "/usr/lib/space/space-agent";
+  p.run_dir = "/state/run/sb-1";
+  p.cgroups_path = "/space/sb-1";
+  return p;
+}
+
+InstanceSpec Spec() {
+  InstanceSpec s;
+  s.id = "sb-1";
+  s.rootfs = "/pool/sb-1";
+  s.env = {"FOO=bar"};
+  s.limits.memory_bytes = 256ll << 20;
+  s.limits.pids = 64;
+  s.limits.cpus = 1.5;
+  s.limits.nofile = 2048;
+  return s;
+}
+
+const Json* FindMount(const Json& cfg, const std::string& dest) {
+  for (const auto& m : cfg["mounts"]) {
+    if (m["destination"] == dest) return &m;
+  }
+  return nullptr;
+}
+
+bool HasNamespace(const Json& cfg, const std::string& type) {
+  for (const auto& n : cfg["linux"]["namespaces"]) {
+    if (n["type"] == type) return true;
+  }
+  return false;
+}
+
+TEST(BundleTest, ProcessRunsTheAgentWithEnvAndPath) {
+  Json cfg = BuildOciConfig(Spec(), Params());
+  EXPECT_EQ(cfg["process"]["args"],
+            Json({"/.space/bin/space-agent", "--listen", "/.space/run/agent.sock"}));
+  auto env = cfg["process"]["env"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(env.begin(), env.end(), "FOO=bar"), env.end());
+  EXPECT_NE(std::find(env.begin(), env.end(), kDefaultPath), env.end());
+  EXPECT_EQ(cfg["process"]["cwd"], "/");
+  EXPECT_EQ(cfg["process"]["terminal"], false);
+  EXPECT_EQ(cfg["hostname"], "sb-1");  // defaults to the id
+  EXPECT_EQ(cfg["root"]["path"], "/state/bundles/sb-1/rootfs");
+  EXPECT_EQ(cfg["root"]["readonly"], false);
+}
+
+TEST(BundleTest, KeepsAGivenPath) {
+  InstanceSpec s = Spec();
+  s.env = {"PATH=/opt/bin"};
+  s.hostname = "box";
+  Json cfg = BuildOciConfig(s, Params());
+  EXPECT_EQ(cfg["process"]["env"], Json({"PATH=/opt/bin"}));
+  EXPECT_EQ(cfg["hostname"], "box");
+}
+
+TEST(BundleTest, Hardening) {
+  Json cfg = BuildOciConfig(Spec(), Params());
+  EXPECT_EQ(cfg["process"]["noNewPrivileges"], true);
+  auto caps = cfg["process"]["capabilities"]["bounding"].get<std::vector<std::string>>();
+  EXPECT_EQ(caps.size(), 14u);
+  EXPECT_EQ(std::count(caps.begin(), caps.end(), "CAP_SYS_ADMIN"), 0);
+  EXPECT_EQ(cfg["process"]["capabilities"]["effective"],
+            cfg["process"]["capabilities"]["bounding"]);
+  EXPECT_TRUE(cfg["process"]["capabilities"]["ambient"].empty());
+  auto masked = cfg["linux"]["maskedPaths"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(masked.begin(), masked.end(), "/proc/kcore"), masked.end());
+  auto ro = cfg["linux"]["readonlyPaths"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(ro.begin(), ro.end(), "/proc/sys"), ro.end());
+
+  const Json& sc = cfg["linux"]["seccomp"];
+  EXPECT_EQ(sc["defaultAction"], "SCMP_ACT_ALLOW");
+  std::vector<std::string> blocked;
+  for (const auto& r : sc["syscalls"]) {
+    if (r["action"] == "SCMP_ACT_ERRNO" && !r.contains("args")) {
+      for (const auto& n : r["names"]) blocked.push_back(n);
+    }
+  }
+  for (const char* s : {"kexec_load", "init_module", "bpf", "mount", "umount2", "pivot_root",
+                        "unshare", "setns", "keyctl", "perf_event_open", "reboot", "swapon",
+                        "open_by_handle_at", "userfaultfd", "clone3"}) {
+    EXPECT_NE(std::find(blocked.begin(), blocked.end(), s), blocked.end()) << s;
+  }
+  for (const char* s : {"read", "write", "execve", "clone", "fork", "ptrace"}) {
+    EXPECT_EQ(std::find(blocked.begin(), blocked.end(), s), blocked.end()) << s;
+  }
+}
+
+TEST(BundleTest, NamespacesAndUserMapping) {
+  Json cfg = BuildOciConfig(Spec(), Params());
+  for (const char* ns : {"pid", "ipc", "uts", "mount", "network", "cgroup", "user"})
+    EXPECT_TRUE(HasNamespace(cfg, ns)) << ns;
+  Json map = Json::array({{{"containerID", 0}, {"hostID", 1000000}, {"size", 65536}}});
+  EXPECT_EQ(cfg["linux"]["uidMappings"], map);
+  EXPECT_EQ(cfg["linux"]["gidMappings"], map);
+
+  BundleParams p = Params();
+  p.user_namespace = false;
+  Json no_user = BuildOciConfig(Spec(), p);
+  EXPECT_FALSE(HasNamespace(no_user, "user"));
+  EXPECT_FALSE(no_user["linux"].contains("uidMappings"));
+}
+
+TEST(BundleTest, Limits) {
+  Json cfg = BuildOciConfig(Spec(), Params());
+  const Json& r = cfg["linux"]["resources"];
+  EXPECT_EQ(r["memory"]["limit"], 256ll << 20);
+  EXPECT_EQ(r["memory"]["swap"], 256ll << 20);
+  EXPECT_EQ(r["pids"]["limit"], 64);
+  EXPECT_EQ(r["cpu"]["quota"], 150000);
+  EXPECT_EQ(r["cpu"]["period"], 100000);
+  EXPECT_EQ(cfg["linux"]["cgroupsPath"], "/space/sb-1");
+  EXPECT_EQ(cfg["process"]["rlimits"][0]["type"], "RLIMIT_NOFILE");
+  EXPECT_EQ(cfg["process"]["rlimits"][0]["hard"], 2048);
+
+  InstanceSpec unlimited = Spec();
+  unlimited.limits = Limits{0, 0, 0, 0, 0};
+  Json u = BuildOciConfig(unlimited, Params());
+  EXPECT_FALSE(u["linux"]["resources"].contains("memory"));
+  EXPECT_FALSE(u["linux"]["resources"].contains("pids"));
+  EXPECT_FALSE(u["linux"]["resources"].contains("cpu"));
+  EXPECT_FALSE(u["process"].contains("rlimits"));
+
+  BundleParams no_swap = Params();
+  no_swap.memory_swap = false;
+  EXPECT_FALSE(BuildOciConfig(Spec(), no_swap)["linux"]["resources"]["memory"].contains("swap"));
+}
+
+TEST(BundleTest, AgentMountsLiveOnATmpfs) {
+  Json cfg = BuildOciConfig(Spec(), Params());
+  const Json* space = FindMount(cfg, "/.space");
+  ASSERT_NE(space, nullptr);
+  EXPECT_EQ((*space)["type"], "tmpfs");
+  const Json* agent = FindMount(cfg, "/.space/bin/space-agent");
+  ASSERT_NE(agent, nullptr);
+  EXPECT_EQ((*agent)["source"], "/usr/lib/space/space-agent");
+  auto opts = (*agent)["options"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(opts.begin(), opts.end(), "ro"), opts.end());
+  const Json* run = FindMount(cfg, "/.space/run");
+  ASSERT_NE(run, nullptr);
+  EXPECT_EQ((*run)["source"], "/state/run/sb-1");
+  // Order matters: the tmpfs must be mounted before the binds inside it.
+  size_t i_space = 0, i_agent = 0, i = 0;
+  for (const auto& m : cfg["mounts"]) {
+    if (m["destination"] == "/.space") i_space = i;
+    if (m["destination"] == "/.space/bin/space-agent") i_agent = i;
+    ++i;
+  }
+  EXPECT_LT(i_space, i_agent);
+  for (const char* d :
+       {"/proc", "/dev", "/dev/pts", "/dev/shm", "/dev/mqueue", "/sys", "/sys/fs/cgroup"})
+    EXPECT_NE(FindMount(cfg, d), nullptr) << d;
+  EXPECT_EQ(FindMount(cfg, "/tmp"), nullptr);  // /tmp stays on the rootfs
+}
+
+}  // namespace
+}  // namespace space::runtime::oci

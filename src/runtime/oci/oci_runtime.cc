@@ -1,0 +1,545 @@
+// The `oci` Runtime: drives crun (or runc) through its command line. See oci.h.
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <set>
+
+#include "common/json.h"
+#include "runtime/oci/bundle.h"
+#include "runtime/oci/cgroups.h"
+#include "runtime/oci/mount_ns.h"
+#include "runtime/oci/oci.h"
+#include "sys/sys.h"
+
+namespace space::runtime {
+namespace {
+
+using oci::CgroupLayout;
+
+constexpr int64_t kRunTimeoutMs = 60000;
+constexpr int64_t kCmdTimeoutMs = 30000;
+constexpr size_t kConsoleTail = 4096;
+constexpr int64_t kRunTmpfsBytes = 4 << 20;
+
+// Ids become path components and cgroup names.
+bool ValidName(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (size_t i = 0; i < id.size(); ++i) {
+    char c = id[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || (i > 0 && (c == '-' || c == '.'));
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool ValidHostname(std::string_view h) {
+  if (h.size() > 64) return false;
+  for (char c : h) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+          c == '.'))
+      return false;
+  }
+  return true;
+}
+
+std::string Basename(const std::string& p) {
+  size_t s = p.find_last_of('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+// Finds an executable by name in PATH (or checks an explicit path).
+Result<std::string> FindExecutable(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    if (::access(name.c_str(), X_OK) != 0) return ErrnoFail("runtime binary " + name);
+    return name;
+  }
+  const char* path = ::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string cand = dirs.substr(start, end - start) + "/" + name;
+    if (end > start && ::access(cand.c_str(), X_OK) == 0) return cand;
+    start = end + 1;
+  }
+  return Fail(Errc::kUnavailable, "runtime binary " + name + " not found in PATH");
+}
+
+// With a user namespace the runtime resolves bind-mount sources as the container's root,
+// an unprivileged host uid: `dir` and every directory above it must be searchable by
+// "other".
+Status CheckOtherSearchable(const std::string& dir, const std::string& what) {
+  std::string cur = dir;
+  for (;;) {
+    struct stat st;
+    if (::stat(cur.c_str(), &st) != 0) return ErrnoFail("stat " + cur);
+    if (!(st.st_mode & S_IXOTH)) {
+      return Fail(Errc::kInvalidArgument,
+                  "oci: " + what + ": directory " + cur +
+                      " is not searchable by other users (user namespaces need o+x on it)");
+    }
+    if (cur == "/") return Ok();
+    size_t s = cur.find_last_of('/');
+    cur = s == 0 ? "/" : cur.substr(0, s);
+  }
+}
+
+std::string Dirname(const std::string& p) {
+  size_t s = p.find_last_of('/');
+  if (s == std::string::npos) return ".";
+  return s == 0 ? "/" : p.substr(0, s);
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+// The last bytes of a file the container can write to: opened without following
+// symlinks and capped, so a hostile sandbox cannot make us read a host file into an error.
+std::string ReadTail(const std::string& path, size_t max) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return "";
+  sys::UniqueFd guard(fd);
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  off_t off = st.st_size > static_cast<off_t>(max) ? st.st_size - static_cast<off_t>(max) : 0;
+  std::string out(static_cast<size_t>(st.st_size - off), '\0');
+  ssize_t n = ::pread(fd, out.data(), out.size(), off);
+  out.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return Trim(out);
+}
+
+// Waits for a child with a deadline (pidfd + poll; the daemon has no SIGCHLD handler to
+// rely on). On timeout the ChildProcess destructor kills and reaps it.
+Result<int> WaitWithTimeout(sys::ChildProcess& child, int64_t timeout_ms) {
+  int pfd = static_cast<int>(::syscall(SYS_pidfd_open, child.pid(), 0));
+  if (pfd < 0) return child.Wait();  // pre-5.3 kernel: no deadline
+  sys::UniqueFd guard(pfd);
+  int64_t deadline = MonotonicNanos() + timeout_ms * 1000000;
+  for (;;) {
+    int64_t left = (deadline - MonotonicNanos()) / 1000000;
+    if (left <= 0) return Fail(Errc::kDeadlineExceeded, "timed out");
+    pollfd p{pfd, POLLIN, 0};
+    int r = ::poll(&p, 1, static_cast<int>(left));
+    if (r < 0 && errno != EINTR) return ErrnoFail("poll pidfd");
+    if (r > 0) return child.Wait();
+  }
+}
+
+class OciRuntime final : public Runtime {
+ public:
+  static Result<std::unique_ptr<Runtime>> Create(const OciOptions& opts);
+
+  std::string_view Name() const override { return "oci"; }
+  Capabilities Caps() const override {
+    Capabilities c;
+    c.pause = true;
+    c.pause_keeps_memory = true;
+    c.suspend_keeps_processes = false;
+    c.snapshot_kinds = {"filesystem"};
+    return c;
+  }
+
+  Status Start(const InstanceSpec& spec) override;
+  Status Pause(const std::string& id) override { return PauseResume(id, true); }
+  Status Resume(const std::string& id) override { return PauseResume(id, false); }
+  Status Destroy(const std::string& id) override;
+  Result<InstanceState> Inspect(const std::string& id) override;
+  Result<std::vector<std::string>> List() override;
+  std::string AgentSocketPath(const std::string& id) const override {
+    return RunDir(id) + "/agent.sock";
+  }
+
+ private:
+  explicit OciRuntime(OciOptions opts) : opts_(std::move(opts)) {}
+
+  std::string StateDirOf(const std::string& id) const { return runtime_root_ + "/" + id; }
+  std::string BundleDir(const std::string& id) const { return bundles_dir_ + "/" + id; }
+  std::string RunDir(const std::string& id) const { return run_dir_ + "/" + id; }
+  std::string CgroupRel(const std::string& id) const {
+    return "/" + opts_.cgroup_parent + "/" + id;
+  }
+
+  sys::SpawnOptions RuntimeCmd(std::vector<std::string> args) const {
+    sys::SpawnOptions so;
+    so.argv = {binary_, "--root", runtime_root_};
+    so.argv.insert(so.argv.end(), args.begin(), args.end());
+    so.mount_ns_fd = ns_ ? ns_->fd() : -1;
+    return so;
+  }
+  Result<sys::RunResult> RunRuntime(std::vector<std::string> args,
+                                    int64_t timeout = kCmdTimeoutMs) const {
+    return sys::Run(RuntimeCmd(std::move(args)), timeout);
+  }
+  std::string CmdError(const std::string& what, const sys::RunResult& r) const {
+    std::string how =
+        r.signal ? "signal " + std::to_string(r.signal) : "exit " + std::to_string(r.exit_code);
+    std::string text = Trim(r.err.empty() ? r.out : r.err);
+    return Basename(binary_) + " " + what + ": " + how + (text.empty() ? "" : ": " + text);
+  }
+
+  Status StartSteps(const InstanceSpec& spec);
+  Status PauseResume(const std::string& id, bool pause);
+  static Status UnmountAll(const std::string& path);
+
+  OciOptions opts_;
+  std::string binary_;        // resolved path of crun/runc
+  std::string runtime_root_;  // state_dir/<crun|runc>
+  std::string bundles_dir_, run_dir_;
+  std::vector<oci::Hierarchy> hierarchies_;
+  bool memory_swap_ = true;
+  std::optional<oci::HelperMountNs> ns_;
+};
+
+Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
+  OciOptions opts = in;
+  while (opts.state_dir.size() > 1 && opts.state_dir.back() == '/') opts.state_dir.pop_back();
+  if (opts.state_dir.empty() || opts.state_dir[0] != '/')
+    return Fail(Errc::kInvalidArgument, "oci: state_dir must be an absolute path");
+  if (!ValidName(opts.cgroup_parent))
+    return Fail(Errc::kInvalidArgument, "oci: bad cgroup_parent '" + opts.cgroup_parent + "'");
+  if (opts.user_namespace && (opts.uid_shift == 0 || opts.uid_count == 0))
+    return Fail(Errc::kInvalidArgument, "oci: user namespace needs uid_shift and uid_count");
+
+  std::unique_ptr<OciRuntime> rt(new OciRuntime(opts));
+  auto bin = FindExecutable(opts.runtime_binary);
+  if (!bin) return tl::unexpected(bin.error());
+  rt->binary_ = *bin;
+  std::string kind = Basename(*bin);
+
+  auto agent = sys::RealPath(opts.agent_binary);
+  if (!agent) return tl::unexpected(std::move(agent.error()).Wrap("oci: agent binary"));
+  struct stat ast;
+  if (::stat(agent->c_str(), &ast) != 0 || !S_ISREG(ast.st_mode))
+    return Fail(Errc::kInvalidArgument, "oci: agent binary " + *agent + " is not a file");
+  rt->opts_.agent_binary = *agent;
+  if (opts.user_namespace) {
+    if ((ast.st_mode & (S_IROTH | S_IXOTH)) != (S_IROTH | S_IXOTH))
+      return Fail(Errc::kInvalidArgument, "oci: agent binary " + *agent +
+                                              " must be readable and executable by others "
+                                              "(the sandbox's root is an unprivileged host uid)");
+    SPACE_TRY(CheckOtherSearchable(Dirname(*agent), "agent binary " + *agent));
+  }
+
+  auto layout = oci::DetectCgroupLayout();
+  if (!layout) return tl::unexpected(std::move(layout.error()).Wrap("oci"));
+  rt->hierarchies_ = oci::CgroupHierarchies();
+
+  const std::string& sd = rt->opts_.state_dir;
+  rt->runtime_root_ = sd + "/" + kind;
+  rt->bundles_dir_ = sd + "/bundles";
+  rt->run_dir_ = sd + "/run";
+  for (const auto& d : {sd, rt->bundles_dir_, rt->run_dir_}) {
+    SPACE_TRY_WRAP(sys::MkdirAll(d, 0711), "oci");
+    if (::chmod(d.c_str(), 0711) != 0) return ErrnoFail("oci: chmod " + d);
+  }
+  SPACE_TRY_WRAP(sys::MkdirAll(rt->runtime_root_, 0700), "oci");
+  // One state dir belongs to one runtime binary: List() and Destroy() of a runc backend
+  // must never see (and kill) a crun backend's instances through shared bundles/.
+  const std::string marker = sd + "/runtime";
+  if (auto have = sys::ReadFile(marker)) {
+    if (Trim(*have) != kind) {
+      return Fail(Errc::kInvalidArgument, "oci: state_dir " + sd + " belongs to runtime '" +
+                                              Trim(*have) + "', not '" + kind + "'");
+    }
+  } else {
+    SPACE_TRY_WRAP(sys::WriteFileAtomic(marker, kind + "\n", 0600), "oci");
+  }
+  if (opts.user_namespace) {
+    SPACE_TRY(CheckOtherSearchable(rt->bundles_dir_, "state_dir"));
+    SPACE_TRY(CheckOtherSearchable(rt->run_dir_, "state_dir"));
+  }
+
+  // memory.swap needs swap accounting: v1 memory.memsw.*, v2 memory.swap.max.
+  if (*layout == CgroupLayout::kV2) {
+    rt->memory_swap_ = false;
+    if (DIR* d = ::opendir("/sys/fs/cgroup")) {
+      while (dirent* e = ::readdir(d)) {
+        if (e->d_type == DT_DIR && e->d_name[0] != '.' &&
+            sys::Exists(std::string("/sys/fs/cgroup/") + e->d_name + "/memory.swap.max")) {
+          rt->memory_swap_ = true;
+          break;
+        }
+      }
+      ::closedir(d);
+    }
+  } else {
+    const oci::Hierarchy* mem = oci::FindHierarchy(rt->hierarchies_, "memory");
+    rt->memory_swap_ = mem && sys::Exists(mem->mount_point + "/memory.memsw.limit_in_bytes");
+  }
+
+  // crun 1.8 refuses hybrid hosts; in the helper namespace the v2 mount is gone and it
+  // sees pure v1. runc copes with hybrid by itself.
+  if (*layout == CgroupLayout::kHybrid && StartsWith(kind, "crun")) {
+    auto ns = oci::HelperMountNs::Ensure(
+        {sd + "/ns", {rt->bundles_dir_, rt->run_dir_}, {"/sys/fs/cgroup/unified"}});
+    if (!ns) return tl::unexpected(std::move(ns.error()).Wrap("oci"));
+    rt->ns_ = std::move(*ns);
+  }
+
+  auto ver = rt->RunRuntime({"--version"});
+  if (!ver) return tl::unexpected(std::move(ver.error()).Wrap("oci: " + *bin + " --version"));
+  if (!ver->ok()) return Fail(Errc::kUnavailable, "oci: " + rt->CmdError("--version", *ver));
+  return std::unique_ptr<Runtime>(std::move(rt));
+}
+
+Status OciRuntime::Start(const InstanceSpec& spec) {
+  const std::string& id = spec.id;
+  if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "oci: bad instance id '" + id + "'");
+  if (spec.rootfs.empty() || spec.rootfs[0] != '/')
+    return Fail(Errc::kInvalidArgument, "oci: rootfs must be an absolute path");
+  struct stat st;
+  if (::stat(spec.rootfs.c_str(), &st) != 0) return ErrnoFail("oci: rootfs " + spec.rootfs);
+  if (!S_ISDIR(st.st_mode))
+    return Fail(Errc::kInvalidArgument, "oci: rootfs " + spec.rootfs + " is not a directory");
+  if (!ValidHostname(spec.hostname))
+    return Fail(Errc::kInvalidArgument, "oci: bad hostname '" + spec.hostname + "'");
+  for (const auto& e : spec.env) {
+    if (e.find('=') == std::string::npos || e[0] == '=' || e.find('\0') != std::string::npos)
+      return Fail(Errc::kInvalidArgument, "oci: bad environment entry '" + e + "'");
+  }
+  const Limits& l = spec.limits;
+  if (l.memory_bytes < 0 || l.pids < 0 || !(l.cpus >= 0 && l.cpus <= 4096) || l.nofile < 0)
+    return Fail(Errc::kInvalidArgument, "oci: limits out of range");
+  if (spec.network) {
+    return Fail(Errc::kInvalidArgument,
+                "oci: network access is not implemented yet (network=false gives loopback only)");
+  }
+  if (sys::Exists(StateDirOf(id)))
+    return Fail(Errc::kConflict, "oci: instance " + id + " already exists");
+  // mkdir is the atomic claim on the id; everything after it is undone on failure.
+  if (::mkdir(BundleDir(id).c_str(), 0711) != 0) {
+    if (errno == EEXIST) return Fail(Errc::kConflict, "oci: instance " + id + " already exists");
+    return ErrnoFail("oci: mkdir " + BundleDir(id));
+  }
+  auto st_start = StartSteps(spec);
+  if (!st_start) {
+    (void)Destroy(id);
+    return tl::unexpected(std::move(st_start.error()).Wrap("oci: start " + id));
+  }
+  return Ok();
+}
+
+Status OciRuntime::StartSteps(const InstanceSpec& spec) {
+  const std::string& id = spec.id;
+  const std::string bundle = BundleDir(id);
+  const std::string root = bundle + "/rootfs";
+  const std::string run = RunDir(id);
+
+  // The agent's mount point. Created from the host without following symlinks; the
+  // sandbox's own files are not touched. Everything else under /.space lives on a tmpfs.
+  {
+    int rfd = ::open(spec.rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0) return ErrnoFail("open " + spec.rootfs);
+    sys::UniqueFd g(rfd);
+    if (::mkdirat(rfd, ".space", 0755) != 0 && errno != EEXIST)
+      return ErrnoFail("mkdir " + spec.rootfs + "/.space");
+  }
+
+  // root.path is a bind of the rootfs inside the bundle rather than spec.rootfs itself:
+  // on hybrid hosts crun runs in the helper mount namespace, which sees host mounts only
+  // below bundles/ (a shared mount); storage may mount the rootfs anywhere.
+  if (::mkdir(root.c_str(), 0755) != 0) return ErrnoFail("mkdir " + root);
+  if (::mount(spec.rootfs.c_str(), root.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
+    return ErrnoFail("bind " + spec.rootfs + " to " + root);
+
+  // The run dir is a small tmpfs of its own: the sandbox can write to it (the agent's
+  // socket) and can reopen console.log through /proc/1/fd, and neither may fill the
+  // host's disk. Its pages are charged to the writer's memory cgroup. Root inside the user
+  // namespace owns it, so the agent can create its socket.
+  SPACE_TRY(UnmountAll(run));
+  SPACE_TRY(sys::RemoveAll(run));
+  if (::mkdir(run.c_str(), 0700) != 0) return ErrnoFail("mkdir " + run);
+  uint32_t owner = opts_.user_namespace ? opts_.uid_shift : 0;
+  std::string tmpfs_opts = "size=" + std::to_string(kRunTmpfsBytes) +
+                           ",nr_inodes=256,mode=0700,uid=" + std::to_string(owner) +
+                           ",gid=" + std::to_string(owner);
+  if (::mount("tmpfs", run.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              tmpfs_opts.c_str()) != 0)
+    return ErrnoFail("mount tmpfs on " + run);
+
+  oci::BundleParams bp;
+  bp.root_path = root;
+  bp.agent_binary = opts_.agent_binary;
+  bp.run_dir = run;
+  bp.cgroups_path = CgroupRel(id);
+  bp.user_namespace = opts_.user_namespace;
+  bp.uid_shift = opts_.uid_shift;
+  bp.uid_count = opts_.uid_count;
+  bp.memory_swap = memory_swap_;
+  std::string config = oci::BuildOciConfig(spec, bp).dump(1);
+  {
+    // No fsync: a bundle never outlives a crash usefully (Destroy removes it).
+    auto f = sys::Open(bundle + "/config.json", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
+    if (!f) return tl::unexpected(f.error());
+    SPACE_TRY_WRAP(sys::WriteAll(f->get(), config), "write config.json");
+  }
+
+  // crun's and the container's stdio go to console.log — never to the daemon's own
+  // stdio, so the container does not depend on the daemon staying alive.
+  const std::string console = run + "/console.log";
+  auto log = sys::Open(console, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
+  if (!log) return tl::unexpected(log.error());
+
+  sys::SpawnOptions so = RuntimeCmd({"run", "-d", "--bundle", bundle, id});
+  so.new_session = true;  // not in the daemon's session or process group
+  so.stdout_fd = log->get();
+  so.stderr_fd = log->get();
+  auto child = sys::Spawn(so);
+  if (!child) return tl::unexpected(child.error());
+  log->Reset();
+  auto status = WaitWithTimeout(*child, kRunTimeoutMs);
+  if (!status) {
+    return tl::unexpected(std::move(status.error()).Wrap(Basename(binary_) + " run"));
+  }
+  if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+    std::string how = WIFEXITED(*status) ? "exit " + std::to_string(WEXITSTATUS(*status))
+                                         : "signal " + std::to_string(WTERMSIG(*status));
+    std::string text = ReadTail(console, kConsoleTail);
+    return Fail(Errc::kInternal,
+                Basename(binary_) + " run: " + how + (text.empty() ? "" : ": " + text));
+  }
+  return Ok();
+}
+
+Status OciRuntime::PauseResume(const std::string& id, bool pause) {
+  const char* verb = pause ? "pause" : "resume";
+  if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "oci: bad instance id '" + id + "'");
+  if (!sys::Exists(StateDirOf(id)))
+    return Fail(Errc::kNotFound, std::string("oci: ") + verb + " " + id + ": no such instance");
+  auto r = RunRuntime({verb, id});
+  if (!r) return tl::unexpected(std::move(r.error()).Wrap(std::string("oci: ") + verb));
+  if (r->ok()) return Ok();
+  // Already in the wanted state is success; a stopped container is a conflict.
+  auto state = Inspect(id);
+  if (state) {
+    InstanceState want = pause ? InstanceState::kPaused : InstanceState::kRunning;
+    if (*state == want) return Ok();
+    if (*state == InstanceState::kStopped || *state == InstanceState::kMissing) {
+      return Fail(Errc::kConflict, std::string("oci: ") + verb + " " + id + ": instance is " +
+                                       std::string(InstanceStateName(*state)));
+    }
+  }
+  return Fail(Errc::kInternal, "oci: " + CmdError(std::string(verb) + " " + id, *r));
+}
+
+Status OciRuntime::UnmountAll(const std::string& path) {
+  // Stacked mounts (a crash between mount and a retry) are peeled one by one. Lazy: a
+  // process that still holds the mount (e.g. a late reader) cannot make Destroy fail.
+  for (int i = 0; i < 16; ++i) {
+    if (::umount2(path.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0) {
+      if (errno == EINVAL || errno == ENOENT) break;
+      return ErrnoFail("umount " + path);
+    }
+  }
+  return Ok();
+}
+
+Status OciRuntime::Destroy(const std::string& id) {
+  if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "oci: bad instance id '" + id + "'");
+  std::vector<std::string> problems;
+  const std::string state = StateDirOf(id);
+
+  if (sys::Exists(state)) {
+    auto r = RunRuntime({"delete", "-f", id});
+    if (!r) {
+      problems.push_back(r.error().message);
+    } else if (!r->ok()) {
+      problems.push_back(CmdError("delete -f " + id, *r));
+    }
+  }
+  // Whatever the runtime left (or never got to clean, after a failed start): kill what is
+  // still in the cgroup and remove the cgroup directories.
+  auto k = oci::KillAndRemoveCgroup(hierarchies_, CgroupRel(id));
+  if (!k) problems.push_back(k.error().message);
+  if (sys::Exists(state)) {
+    // The processes are gone now, so a second delete can succeed; failing that, the
+    // runtime's state directory is only bookkeeping and can go.
+    (void)RunRuntime({"delete", "-f", id});
+    if (sys::Exists(state)) {
+      auto rm = sys::RemoveAll(state);
+      if (!rm) problems.push_back(rm.error().message);
+    }
+  }
+  for (const auto& m : {BundleDir(id) + "/rootfs", RunDir(id)}) {
+    auto um = UnmountAll(m);
+    if (!um) problems.push_back(um.error().message);
+  }
+  // RemoveAll never crosses a mount point, so the sandbox's rootfs is safe even if the
+  // unmount above failed.
+  auto rb = sys::RemoveAll(BundleDir(id));
+  if (!rb) problems.push_back(rb.error().message);
+  auto rr = sys::RemoveAll(RunDir(id));
+  if (!rr) problems.push_back(rr.error().message);
+
+  bool gone = !sys::Exists(state) && !sys::Exists(BundleDir(id)) && !sys::Exists(RunDir(id)) &&
+              oci::ExistingCgroupDirs(hierarchies_, CgroupRel(id)).empty();
+  if (gone) return Ok();
+  std::string msg = "oci: destroy " + id + ":";
+  for (const auto& p : problems) msg += " " + p + ";";
+  if (problems.empty()) msg += " leftovers remain";
+  return Fail(Errc::kInternal, msg);
+}
+
+Result<InstanceState> OciRuntime::Inspect(const std::string& id) {
+  if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "oci: bad instance id '" + id + "'");
+  // A bundle without runtime state is a half-created or half-destroyed instance: it holds
+  // host resources, so it is reported (as stopped) until Destroy.
+  auto leftover = [&]() {
+    return sys::Exists(BundleDir(id)) || sys::Exists(RunDir(id)) ? InstanceState::kStopped
+                                                                 : InstanceState::kMissing;
+  };
+  if (!sys::Exists(StateDirOf(id))) return leftover();
+  auto r = RunRuntime({"state", id});
+  if (!r) return tl::unexpected(std::move(r.error()).Wrap("oci: state " + id));
+  if (!r->ok()) {
+    if (!sys::Exists(StateDirOf(id))) return leftover();
+    return Fail(Errc::kInternal, "oci: " + CmdError("state " + id, *r));
+  }
+  auto j = ParseJson(r->out);
+  std::string status = j ? JsonStringOr(*j, "status", "") : "";
+  if (status == "running") return InstanceState::kRunning;
+  if (status == "paused" || status == "pausing") return InstanceState::kPaused;
+  // "created" (init waiting for start) never survives a successful `run -d`; it and
+  // "stopped" both mean the agent is not serving.
+  if (status == "stopped" || status == "created") return InstanceState::kStopped;
+  return Fail(Errc::kInternal, "oci: state " + id + ": unexpected output: " + Trim(r->out));
+}
+
+Result<std::vector<std::string>> OciRuntime::List() {
+  std::set<std::string> ids;
+  for (const auto& dir : {runtime_root_, bundles_dir_, run_dir_}) {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) {
+      if (errno == ENOENT) continue;
+      return ErrnoFail("oci: list " + dir);
+    }
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN) continue;
+      if (ValidName(e->d_name)) ids.insert(e->d_name);
+    }
+    ::closedir(d);
+  }
+  return std::vector<std::string>(ids.begin(), ids.end());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Runtime>> CreateOciRuntime(const OciOptions& opts) {
+  return OciRuntime::Create(opts);
+}
+
+}  // namespace space::runtime

@@ -1,0 +1,790 @@
+// Integration tests of the oci runtime against the real crun (and runc), real cgroups and
+// real namespaces. PID 1 of each container is oci_test_init (a static stand-in for
+// space-agent built beside this test), which answers facts and runs shell commands over
+// the agent socket. Needs root, crun and busybox-static; skips with the reason otherwise.
+#include "runtime/oci/oci.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "runtime/oci/cgroups.h"
+#include "sys/sys.h"
+
+namespace space::runtime {
+namespace {
+
+using oci::CgroupLayout;
+
+bool InPath(const std::string& name) {
+  for (const char* d :
+       {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}) {
+    if (::access((std::string(d) + "/" + name).c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+// Connects to the agent socket without following a symlink planted by the sandbox (the
+// run dir is writable from inside): open O_PATH|O_NOFOLLOW, check it is a socket, and
+// connect through /proc/self/fd.
+Result<sys::UniqueFd> ConnectOnce(const std::string& path) {
+  int pfd = ::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (pfd < 0) return ErrnoFail("open " + path);
+  sys::UniqueFd p(pfd);
+  struct stat st;
+  if (::fstat(pfd, &st) != 0 || !S_ISSOCK(st.st_mode))
+    return Fail(Errc::kPermissionDenied, path + " is not a socket");
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoFail("socket");
+  sys::UniqueFd s(fd);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "/proc/self/fd/%d", pfd);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return ErrnoFail("connect " + path);
+  return s;
+}
+
+Result<sys::UniqueFd> ConnectWithRetry(const std::string& path, int64_t timeout_ms = 5000) {
+  int64_t deadline = MonotonicNanos() + timeout_ms * 1000000;
+  for (;;) {
+    auto fd = ConnectOnce(path);
+    if (fd || MonotonicNanos() > deadline) return fd;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// One request line, the whole answer back.
+Result<std::string> Ask(const std::string& path, const std::string& line) {
+  auto fd = ConnectWithRetry(path);
+  if (!fd) return tl::unexpected(fd.error());
+  SPACE_TRY(sys::WriteAll(fd->get(), line + "\n"));
+  return sys::ReadAll(fd->get());
+}
+
+std::string ReadTrim(const std::string& path) {
+  auto s = sys::ReadFile(path);
+  if (!s) return "<" + s.error().message + ">";
+  std::string v = *s;
+  while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
+  return v;
+}
+
+std::string StatusField(pid_t pid, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (StartsWith(line, key + ":")) {
+      std::string v = line.substr(key.size() + 1);
+      v.erase(0, v.find_first_not_of(" \t"));
+      return v;
+    }
+  }
+  return "";
+}
+
+bool ProcessAlive(pid_t pid) {
+  // A zombie is dead for our purposes; it only waits for its parent (host init) to reap.
+  std::string state = StatusField(pid, "State");
+  return !state.empty() && state[0] != 'Z';
+}
+
+Status LchownTree(const std::string& path, uid_t uid) {
+  if (::lchown(path.c_str(), uid, uid) != 0) return ErrnoFail("lchown " + path);
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return ErrnoFail("lstat " + path);
+  if (!S_ISDIR(st.st_mode)) return Ok();
+  DIR* d = ::opendir(path.c_str());
+  if (!d) return ErrnoFail("opendir " + path);
+  Status r = Ok();
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n == "." || n == "..") continue;
+    auto s = LchownTree(path + "/" + n, uid);
+    if (!s && r) r = s;
+  }
+  ::closedir(d);
+  return r;
+}
+
+// A minimal root: busybox and a few applet links, /etc/passwd, empty mount points.
+Status MakeRootfs(const std::string& dir, uid_t owner) {
+  for (const char* d : {"", "/bin", "/etc", "/proc", "/dev", "/sys", "/tmp", "/root"})
+    SPACE_TRY(sys::MkdirAll(dir + d, 0755));
+  if (::chmod((dir + "/tmp").c_str(), 01777) != 0) return ErrnoFail("chmod tmp");
+  auto bb = sys::ReadFile("/bin/busybox");
+  if (!bb) return tl::unexpected(bb.error());
+  {
+    auto f = sys::Open(dir + "/bin/busybox", O_WRONLY | O_CREAT | O_TRUNC, 0755);
+    if (!f) return tl::unexpected(f.error());
+    SPACE_TRY(sys::WriteAll(f->get(), *bb));
+  }
+  for (const char* a : {"sh", "echo", "cat", "ls", "sleep", "id", "seq", "setsid", "ps", "grep",
+                        "hostname", "mount", "unshare", "true", "kill", "dd"}) {
+    if (::symlink("busybox", (dir + "/bin/" + a).c_str()) != 0) return ErrnoFail("symlink");
+  }
+  {
+    auto f = sys::Open(dir + "/etc/passwd", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (!f) return tl::unexpected(f.error());
+    SPACE_TRY(sys::WriteAll(f->get(), "root:x:0:0:root:/root:/bin/sh\n"));
+  }
+  {
+    auto f = sys::Open(dir + "/etc/group", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (!f) return tl::unexpected(f.error());
+    SPACE_TRY(sys::WriteAll(f->get(), "root:x:0:\n"));
+  }
+  return owner ? LchownTree(dir, owner) : Ok();
+}
+
+int64_t Percentile(std::vector<int64_t> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+class OciTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root (crun, cgroups, mounts)";
+    if (!InPath("crun")) GTEST_SKIP() << "crun is not installed (apt-get install crun)";
+    if (::access("/bin/busybox", X_OK) != 0)
+      GTEST_SKIP() << "/bin/busybox missing (apt-get install busybox-static)";
+    init_ = sys::SelfExeDir() + "/oci_test_init";
+    ASSERT_EQ(::access(init_.c_str(), X_OK), 0) << init_ << " was not built";
+
+    auto t = sys::TempDir::Create("/tmp", "space-oci-");
+    ASSERT_TRUE(t) << t.error().message;
+    tmp_ = std::move(*t);
+    // The sandbox's root (an unprivileged host uid) must be able to traverse to its binds.
+    ASSERT_EQ(::chmod(tmp_.path().c_str(), 0711), 0);
+    rootfs_ = tmp_.path() + "/root";
+    auto mk = MakeRootfs(rootfs_, kShift);
+    ASSERT_TRUE(mk) << mk.error().message;
+
+    opts_.state_dir = tmp_.path() + "/state";
+    opts_.agent_binary = init_;
+    // A parent of our own, so the tests never touch a real daemon's cgroups.
+    opts_.cgroup_parent = "space-test-" + std::to_string(::getpid());
+    auto rt = CreateOciRuntime(opts_);
+    ASSERT_TRUE(rt) << rt.error().message;
+    rt_ = std::move(*rt);
+    auto layout = oci::DetectCgroupLayout();
+    ASSERT_TRUE(layout);
+    layout_ = *layout;
+    hier_ = oci::CgroupHierarchies();
+  }
+
+  void TearDown() override {
+    for (const auto& [rt, id] : started_) {
+      auto d = rt->Destroy(id);
+      EXPECT_TRUE(d) << "cleanup " << id << ": " << d.error().message;
+    }
+    started_.clear();
+    others_.clear();
+    rt_.reset();
+    // Our cgroup parent, in every hierarchy.
+    for (const auto& h : hier_) ::rmdir((h.mount_point + "/" + opts_.cgroup_parent).c_str());
+    // The helper namespace's bind mounts (the namespace dies with the last one).
+    if (!tmp_.path().empty()) {
+      for (const auto& m : sys::MountsUnder(tmp_.path())) ::umount2(m.c_str(), MNT_DETACH);
+    }
+  }
+
+  InstanceSpec Spec(const std::string& id) {
+    InstanceSpec s;
+    s.id = id;
+    s.rootfs = rootfs_;
+    s.hostname = "box-" + id;
+    s.env = {"SPACE_TEST=1"};
+    s.limits.memory_bytes = 128ll << 20;
+    s.limits.pids = 64;
+    s.limits.cpus = 0.5;
+    return s;
+  }
+
+  // Starts and registers for cleanup (even when the test fails afterwards).
+  Status StartOn(Runtime* rt, const InstanceSpec& s) {
+    started_.push_back({rt, s.id});
+    return rt->Start(s);
+  }
+  Status Start(const InstanceSpec& s) { return StartOn(rt_.get(), s); }
+
+  std::string CgroupDir(const std::string& controller, const std::string& id) {
+    const oci::Hierarchy* h = oci::FindHierarchy(hier_, controller);
+    if (!h) return "";
+    return h->mount_point + "/" + opts_.cgroup_parent + "/" + id;
+  }
+
+  std::vector<pid_t> CgroupPids(const std::string& id) {
+    std::vector<pid_t> out;
+    std::ifstream in(CgroupDir("pids", id) + "/cgroup.procs");
+    pid_t p;
+    while (in >> p) out.push_back(p);
+    return out;
+  }
+
+  // The host pid of the container's PID 1 (NSpid "<host> 1").
+  pid_t InitHostPid(const std::string& id) {
+    for (pid_t p : CgroupPids(id)) {
+      std::string ns = StatusField(p, "NSpid");
+      if (ns.size() >= 2 && ns.substr(ns.size() - 2) == "\t1") return p;
+    }
+    return -1;
+  }
+
+  // Everything a destroyed instance could leave behind.
+  void ExpectNoTraces(Runtime* rt, const OciOptions& o, const std::string& id) {
+    std::string kind = o.runtime_binary;
+    EXPECT_FALSE(sys::Exists(o.state_dir + "/" + kind + "/" + id)) << "runtime state left";
+    EXPECT_FALSE(sys::Exists(o.state_dir + "/bundles/" + id)) << "bundle left";
+    EXPECT_FALSE(sys::Exists(o.state_dir + "/run/" + id)) << "run dir left";
+    EXPECT_TRUE(oci::ExistingCgroupDirs(hier_, "/" + o.cgroup_parent + "/" + id).empty())
+        << "cgroup dirs left";
+    EXPECT_TRUE(sys::MountsUnder(o.state_dir + "/bundles/" + id).empty()) << "mount left";
+    EXPECT_TRUE(sys::MountsUnder(o.state_dir + "/run/" + id).empty()) << "mount left";
+    auto st = rt->Inspect(id);
+    ASSERT_TRUE(st) << st.error().message;
+    EXPECT_EQ(*st, InstanceState::kMissing);
+    auto list = rt->List();
+    ASSERT_TRUE(list);
+    EXPECT_EQ(std::count(list->begin(), list->end(), id), 0);
+    if (sys::Exists(o.state_dir + "/ns/mnt")) {
+      // Nothing of it in the helper namespace either.
+      sys::SpawnOptions so;
+      so.argv = {"nsenter", "--mount=" + o.state_dir + "/ns/mnt", "cat", "/proc/self/mountinfo"};
+      auto r = sys::RunChecked(so);
+      ASSERT_TRUE(r) << r.error().message;
+      EXPECT_EQ(r->out.find(o.state_dir + "/bundles/" + id + "/"), std::string::npos) << r->out;
+      EXPECT_EQ(r->out.find(o.state_dir + "/run/" + id + " "), std::string::npos) << r->out;
+    }
+  }
+
+  static constexpr uid_t kShift = 1000000;
+  std::string init_, rootfs_;
+  sys::TempDir tmp_;
+  OciOptions opts_;
+  std::unique_ptr<Runtime> rt_;
+  std::vector<std::unique_ptr<Runtime>> others_;  // destroyed after started_ is cleaned
+  std::vector<std::pair<Runtime*, std::string>> started_;
+  CgroupLayout layout_ = CgroupLayout::kV1;
+  std::vector<oci::Hierarchy> hier_;
+};
+
+TEST_F(OciTest, AgentRunsAsIsolatedPid1) {
+  InstanceSpec s = Spec("iso");
+  auto st = Start(s);
+  ASSERT_TRUE(st) << st.error().message;
+  auto facts = Ask(rt_->AgentSocketPath("iso"), "facts");
+  ASSERT_TRUE(facts) << facts.error().message;
+  EXPECT_EQ(*facts, "pid=1 uid=0 gid=0 hostname=box-iso ifaces=lo\n");
+
+  pid_t host_pid = InitHostPid("iso");
+  ASSERT_GT(host_pid, 0);
+  EXPECT_TRUE(StartsWith(StatusField(host_pid, "Uid"), "1000000\t"))
+      << StatusField(host_pid, "Uid");
+  EXPECT_TRUE(StartsWith(StatusField(host_pid, "Gid"), "1000000\t"));
+  // Not in the test's (the daemon's) session or process group.
+  EXPECT_NE(::getsid(host_pid), ::getsid(0));
+  EXPECT_NE(::getpgid(host_pid), ::getpgid(0));
+
+  auto inside =
+      Ask(rt_->AgentSocketPath("iso"),
+          "sh grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; echo $SPACE_TEST;"
+          " ls /.space/bin; ls -d /.space/run/agent.sock; echo $PATH");
+  ASSERT_TRUE(inside);
+  EXPECT_NE(inside->find("CapEff:\t00000000a80425fb"), std::string::npos) << *inside;
+  EXPECT_NE(inside->find("NoNewPrivs:\t1"), std::string::npos) << *inside;
+  EXPECT_NE(inside->find("Seccomp:\t2"), std::string::npos) << *inside;
+  EXPECT_NE(inside->find("\n1\nspace-agent\n/.space/run/agent.sock\n/usr/local/sbin:"),
+            std::string::npos)
+      << *inside;
+
+  // The seccomp filter answers EPERM where root-in-userns would otherwise be allowed.
+  auto unshare = Ask(rt_->AgentSocketPath("iso"), "sh unshare -U true; echo rc=$?");
+  ASSERT_TRUE(unshare);
+  EXPECT_NE(unshare->find("rc=1"), std::string::npos) << *unshare;
+  auto mount = Ask(rt_->AgentSocketPath("iso"), "sh mount -t tmpfs none /tmp; echo rc=$?");
+  ASSERT_TRUE(mount);
+  EXPECT_NE(mount->find("rc=1"), std::string::npos) << *mount;
+
+  if (layout_ == CgroupLayout::kHybrid) {
+    // crun runs in the helper namespace, which sees the rootfs bind (and, in
+    // ExpectNoTraces, must stop seeing it after Destroy).
+    sys::SpawnOptions so;
+    so.argv = {"nsenter", "--mount=" + opts_.state_dir + "/ns/mnt", "cat", "/proc/self/mountinfo"};
+    auto mi = sys::RunChecked(so);
+    ASSERT_TRUE(mi) << mi.error().message;
+    EXPECT_NE(mi->out.find(opts_.state_dir + "/bundles/iso/rootfs "), std::string::npos) << mi->out;
+    EXPECT_NE(mi->out.find(opts_.state_dir + "/run/iso "), std::string::npos) << mi->out;
+    EXPECT_EQ(mi->out.find("/sys/fs/cgroup/unified"), std::string::npos) << mi->out;
+  }
+
+  // The writable run dir cannot fill the host's disk.
+  auto fill = Ask(rt_->AgentSocketPath("iso"),
+                  "sh dd if=/dev/zero of=/.space/run/big bs=1M count=10; echo rc=$?");
+  ASSERT_TRUE(fill);
+  EXPECT_NE(fill->find("rc=1"), std::string::npos) << *fill;
+  struct stat big;
+  ASSERT_EQ(::stat((opts_.state_dir + "/run/iso/big").c_str(), &big), 0);
+  EXPECT_LE(big.st_size, 4 << 20);
+
+  // The rootfs itself got nothing but the /.space mount point.
+  EXPECT_TRUE(sys::Exists(rootfs_ + "/.space"));
+  EXPECT_FALSE(sys::Exists(rootfs_ + "/.space/bin"));
+
+  auto state = rt_->Inspect("iso");
+  ASSERT_TRUE(state);
+  EXPECT_EQ(*state, InstanceState::kRunning);
+  auto list = rt_->List();
+  ASSERT_TRUE(list);
+  EXPECT_EQ(*list, std::vector<std::string>{"iso"});
+}
+
+TEST_F(OciTest, LimitsAreConfiguredAndPidsEnforced) {
+  InstanceSpec s = Spec("lim");
+  s.limits.pids = 32;
+  s.limits.memory_bytes = 64ll << 20;
+  s.limits.cpus = 0.5;
+  s.limits.nofile = 1234;
+  ASSERT_TRUE(Start(s));
+  const std::string sock = rt_->AgentSocketPath("lim");
+  ASSERT_TRUE(ConnectWithRetry(sock));
+
+  if (layout_ == CgroupLayout::kV2) {
+    std::string dir = CgroupDir("memory", "lim");
+    EXPECT_EQ(ReadTrim(dir + "/memory.max"), std::to_string(64ll << 20));
+    EXPECT_EQ(ReadTrim(dir + "/pids.max"), "32");
+    EXPECT_EQ(ReadTrim(dir + "/cpu.max"), "50000 100000");
+  } else {
+    EXPECT_EQ(ReadTrim(CgroupDir("memory", "lim") + "/memory.limit_in_bytes"),
+              std::to_string(64ll << 20));
+    if (sys::Exists(CgroupDir("memory", "lim") + "/memory.memsw.limit_in_bytes")) {
+      EXPECT_EQ(ReadTrim(CgroupDir("memory", "lim") + "/memory.memsw.limit_in_bytes"),
+                std::to_string(64ll << 20));
+    }
+    EXPECT_EQ(ReadTrim(CgroupDir("pids", "lim") + "/pids.max"), "32");
+    EXPECT_EQ(ReadTrim(CgroupDir("cpu", "lim") + "/cpu.cfs_quota_us"), "50000");
+    EXPECT_EQ(ReadTrim(CgroupDir("cpu", "lim") + "/cpu.cfs_period_us"), "100000");
+  }
+  auto nofile = Ask(sock, "sh ulimit -n");
+  ASSERT_TRUE(nofile);
+  EXPECT_EQ(*nofile, "1234\nexit=0\n");
+
+  // Try to start 100 sleepers: the pids limit stops the fork bomb at 32 tasks.
+  auto bomb = Ask(sock,
+                  "sh n=0; for i in $(seq 100); do sleep 30 >/dev/null 2>&1 & n=$((n+1)); done;"
+                  " echo started");
+  ASSERT_TRUE(bomb);
+  std::string pids_dir = CgroupDir("pids", "lim");
+  int64_t current = std::stoll(ReadTrim(pids_dir + "/pids.current"));
+  EXPECT_LE(current, 32);
+  EXPECT_GE(current, 20);  // it did get close to the limit
+  std::string events = ReadTrim(pids_dir + "/pids.events");
+  EXPECT_NE(events.find("max "), std::string::npos);
+  EXPECT_EQ(events.find("max 0"), std::string::npos) << "no fork was refused: " << events;
+}
+
+TEST_F(OciTest, PauseFreezesAndResumeThaws) {
+  ASSERT_TRUE(Start(Spec("pz")));
+  const std::string sock = rt_->AgentSocketPath("pz");
+  ASSERT_TRUE(ConnectWithRetry(sock));
+  ASSERT_TRUE(rt_->Pause("pz"));
+  auto st = rt_->Inspect("pz");
+  ASSERT_TRUE(st);
+  EXPECT_EQ(*st, InstanceState::kPaused);
+  if (layout_ == CgroupLayout::kV2) {
+    EXPECT_NE(ReadTrim(CgroupDir("freezer", "pz") + "/cgroup.events").find("frozen 1"),
+              std::string::npos);
+  } else {
+    EXPECT_EQ(ReadTrim(CgroupDir("freezer", "pz") + "/freezer.state"), "FROZEN");
+  }
+  // Frozen: the agent does not answer (the connection queues in the backlog).
+  {
+    auto fd = ConnectOnce(sock);
+    ASSERT_TRUE(fd);
+    ASSERT_TRUE(sys::WriteAll(fd->get(), "facts\n"));
+    pollfd p{fd->get(), POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 100), 0) << "a frozen agent answered";
+  }
+  EXPECT_TRUE(rt_->Pause("pz"));  // idempotent
+  ASSERT_TRUE(rt_->Resume("pz"));
+  st = rt_->Inspect("pz");
+  ASSERT_TRUE(st);
+  EXPECT_EQ(*st, InstanceState::kRunning);
+  auto facts = Ask(sock, "facts");
+  ASSERT_TRUE(facts);
+  EXPECT_TRUE(StartsWith(*facts, "pid=1 "));
+  EXPECT_TRUE(rt_->Resume("pz"));  // idempotent
+
+  auto missing = rt_->Pause("nope");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, Errc::kNotFound);
+}
+
+TEST_F(OciTest, DestroyKillsDaemonsAndLeavesNothing) {
+  ASSERT_TRUE(Start(Spec("dd")));
+  const std::string sock = rt_->AgentSocketPath("dd");
+  // A double-forked daemon in its own session, reparented to the container's init.
+  auto r = Ask(sock, "sh (setsid sleep 1000 >/dev/null 2>&1 &); echo ok");
+  ASSERT_TRUE(r);
+  std::vector<pid_t> pids = CgroupPids("dd");
+  ASSERT_GE(pids.size(), 2u);
+  bool saw_daemon = false;
+  for (pid_t p : pids) {
+    std::ifstream cmd("/proc/" + std::to_string(p) + "/cmdline");
+    std::string c((std::istreambuf_iterator<char>(cmd)), {});
+    saw_daemon = saw_daemon || c.find("1000") != std::string::npos;
+  }
+  EXPECT_TRUE(saw_daemon);
+
+  auto d = rt_->Destroy("dd");
+  ASSERT_TRUE(d) << d.error().message;
+  for (pid_t p : pids) EXPECT_FALSE(ProcessAlive(p)) << "pid " << p << " survived";
+  ExpectNoTraces(rt_.get(), opts_, "dd");
+  EXPECT_TRUE(sys::Exists(rootfs_ + "/bin/busybox")) << "the rootfs must survive";
+  auto again = rt_->Destroy("dd");
+  EXPECT_TRUE(again) << again.error().message;
+  EXPECT_TRUE(rt_->Destroy("never-existed"));
+}
+
+TEST_F(OciTest, DestroyWhilePaused) {
+  ASSERT_TRUE(Start(Spec("dp")));
+  ASSERT_TRUE(ConnectWithRetry(rt_->AgentSocketPath("dp")));
+  std::vector<pid_t> pids = CgroupPids("dp");
+  ASSERT_TRUE(rt_->Pause("dp"));
+  auto d = rt_->Destroy("dp");
+  ASSERT_TRUE(d) << d.error().message;
+  for (pid_t p : pids) EXPECT_FALSE(ProcessAlive(p)) << "pid " << p << " survived";
+  ExpectNoTraces(rt_.get(), opts_, "dp");
+}
+
+TEST_F(OciTest, DestroyWithoutRuntimeStateKillsThroughTheCgroup) {
+  ASSERT_TRUE(Start(Spec("lost")));
+  const std::string sock = rt_->AgentSocketPath("lost");
+  ASSERT_TRUE(Ask(sock, "sh (setsid sleep 1000 >/dev/null 2>&1 &); echo ok"));
+  std::vector<pid_t> pids = CgroupPids("lost");
+  ASSERT_GE(pids.size(), 2u);
+  // The runtime's bookkeeping is gone (as after a crash of crun itself): the instance is
+  // still listed, reported stopped, and Destroy falls back to the cgroup.
+  ASSERT_TRUE(sys::RemoveAll(opts_.state_dir + "/crun/lost"));
+  auto st = rt_->Inspect("lost");
+  ASSERT_TRUE(st);
+  EXPECT_EQ(*st, InstanceState::kStopped);
+  auto list = rt_->List();
+  ASSERT_TRUE(list);
+  EXPECT_EQ(*list, std::vector<std::string>{"lost"});
+  auto d = rt_->Destroy("lost");
+  ASSERT_TRUE(d) << d.error().message;
+  for (pid_t p : pids) EXPECT_FALSE(ProcessAlive(p)) << "pid " << p << " survived";
+  ExpectNoTraces(rt_.get(), opts_, "lost");
+}
+
+TEST_F(OciTest, ConcurrentStartsAndDestroys) {
+  constexpr int kN = 4;
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kN);
+  for (int i = 0; i < kN; ++i) started_.push_back({rt_.get(), "c" + std::to_string(i)});
+  for (int i = 0; i < kN; ++i) {
+    threads.emplace_back([&, i] {
+      std::string id = "c" + std::to_string(i);
+      auto st = rt_->Start(Spec(id));
+      if (!st) {
+        errors[i] = st.error().message;
+        return;
+      }
+      auto f = Ask(rt_->AgentSocketPath(id), "facts");
+      if (!f || !StartsWith(*f, "pid=1 ")) {
+        errors[i] = "no agent";
+        return;
+      }
+      auto d = rt_->Destroy(id);
+      if (!d) errors[i] = d.error().message;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kN; ++i) {
+    EXPECT_EQ(errors[i], "") << "c" << i;
+    ExpectNoTraces(rt_.get(), opts_, "c" + std::to_string(i));
+  }
+}
+
+TEST_F(OciTest, AgentDeathIsStoppedAndDestroyable) {
+  ASSERT_TRUE(Start(Spec("crash")));
+  ASSERT_TRUE(ConnectWithRetry(rt_->AgentSocketPath("crash")));
+  pid_t init = InitHostPid("crash");
+  ASSERT_GT(init, 0);
+  ASSERT_EQ(::kill(init, SIGKILL), 0);
+  InstanceState state = InstanceState::kRunning;
+  for (int i = 0; i < 200 && state == InstanceState::kRunning; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    auto st = rt_->Inspect("crash");
+    ASSERT_TRUE(st) << st.error().message;
+    state = *st;
+  }
+  EXPECT_EQ(state, InstanceState::kStopped);
+  EXPECT_FALSE(rt_->Pause("crash"));
+  auto d = rt_->Destroy("crash");
+  ASSERT_TRUE(d) << d.error().message;
+  ExpectNoTraces(rt_.get(), opts_, "crash");
+}
+
+TEST_F(OciTest, ContainerOutlivesTheDaemon) {
+  // A stand-in daemon in its own process group starts the container, then its whole
+  // process group is SIGKILLed (as a supervisor would). The container must not notice.
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  started_.push_back({rt_.get(), "orphan"});
+  pid_t daemon = ::fork();
+  ASSERT_GE(daemon, 0);
+  if (daemon == 0) {
+    ::close(p[0]);
+    ::setpgid(0, 0);
+    auto rt = CreateOciRuntime(opts_);
+    bool ok = rt && (*rt)->Start(Spec("orphan"));
+    (void)!::write(p[1], ok ? "y" : "n", 1);
+    for (;;) ::pause();
+  }
+  ::close(p[1]);
+  char c = 0;
+  ASSERT_EQ(::read(p[0], &c, 1), 1);
+  ::close(p[0]);
+  ::kill(-daemon, SIGKILL);
+  int status;
+  ASSERT_EQ(::waitpid(daemon, &status, 0), daemon);
+  ASSERT_EQ(c, 'y') << "start in the stand-in daemon failed";
+  auto facts = Ask(rt_->AgentSocketPath("orphan"), "facts");
+  ASSERT_TRUE(facts) << facts.error().message;
+  EXPECT_TRUE(StartsWith(*facts, "pid=1 "));
+  auto st = rt_->Inspect("orphan");
+  ASSERT_TRUE(st);
+  EXPECT_EQ(*st, InstanceState::kRunning);
+}
+
+TEST_F(OciTest, SameIdTwiceIsAConflict) {
+  ASSERT_TRUE(Start(Spec("twice")));
+  auto second = rt_->Start(Spec("twice"));  // not registered: it must not own anything
+  ASSERT_FALSE(second);
+  EXPECT_EQ(second.error().code, Errc::kConflict);
+  // The first one is untouched.
+  auto facts = Ask(rt_->AgentSocketPath("twice"), "facts");
+  ASSERT_TRUE(facts) << facts.error().message;
+  auto st = rt_->Inspect("twice");
+  ASSERT_TRUE(st);
+  EXPECT_EQ(*st, InstanceState::kRunning);
+}
+
+TEST_F(OciTest, FailedStartCleansUpAndExplains) {
+  // /.space as a file: the runtime cannot mount the agent's tmpfs on it.
+  std::string bad = tmp_.path() + "/badroot";
+  ASSERT_TRUE(MakeRootfs(bad, kShift));
+  ASSERT_TRUE(sys::WriteFileAtomic(bad + "/.space", "not a dir"));
+  InstanceSpec s = Spec("bad");
+  s.rootfs = bad;
+  auto st = Start(s);
+  ASSERT_FALSE(st);
+  std::printf("[ info ] failed start says: %s\n", st.error().message.c_str());
+  EXPECT_NE(st.error().message.find("crun run"), std::string::npos) << st.error().message;
+  EXPECT_GT(st.error().message.size(), std::string("oci: start bad: crun run: exit 1").size())
+      << "no runtime output in: " << st.error().message;
+  ExpectNoTraces(rt_.get(), opts_, "bad");
+
+  InstanceSpec nofs = Spec("nofs");
+  nofs.rootfs = tmp_.path() + "/does-not-exist";
+  auto st2 = rt_->Start(nofs);
+  ASSERT_FALSE(st2);
+  ExpectNoTraces(rt_.get(), opts_, "nofs");
+  InstanceSpec badid = Spec("../x");
+  EXPECT_EQ(rt_->Start(badid).error().code, Errc::kInvalidArgument);
+}
+
+TEST_F(OciTest, SecondRuntimeObjectTakesOver) {
+  ASSERT_TRUE(Start(Spec("keep")));
+  ASSERT_TRUE(ConnectWithRetry(rt_->AgentSocketPath("keep")));
+  // A daemon restart: a fresh runtime object on the same state dir (and helper namespace).
+  auto rt2 = CreateOciRuntime(opts_);
+  ASSERT_TRUE(rt2) << rt2.error().message;
+  Runtime* second = rt2->get();
+  others_.push_back(std::move(*rt2));
+  auto st = second->Inspect("keep");
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_EQ(*st, InstanceState::kRunning);
+  auto list = second->List();
+  ASSERT_TRUE(list);
+  EXPECT_EQ(*list, std::vector<std::string>{"keep"});
+  EXPECT_EQ(second->AgentSocketPath("keep"), rt_->AgentSocketPath("keep"));
+  ASSERT_TRUE(second->Pause("keep"));
+  ASSERT_TRUE(second->Resume("keep"));
+  // New instances through the new object work too (the namespace was re-used).
+  ASSERT_TRUE(StartOn(second, Spec("fresh")));
+  ASSERT_TRUE(Ask(second->AgentSocketPath("fresh"), "facts"));
+  std::vector<pid_t> pids = CgroupPids("keep");
+  auto d = second->Destroy("keep");
+  ASSERT_TRUE(d) << d.error().message;
+  for (pid_t p : pids) EXPECT_FALSE(ProcessAlive(p));
+  ExpectNoTraces(rt_.get(), opts_, "keep");
+}
+
+TEST_F(OciTest, HelperNamespaceIsRecreatedWhenGone) {
+  if (layout_ != CgroupLayout::kHybrid) GTEST_SKIP() << "no helper namespace on this host";
+  std::string ns = opts_.state_dir + "/ns/mnt";
+  ASSERT_TRUE(sys::IsMountPoint(ns));
+  rt_.reset();
+  // What a reboot leaves: the ns file as a plain file, no bind mounts.
+  for (const auto& m : sys::MountsUnder(opts_.state_dir)) ASSERT_EQ(::umount2(m.c_str(), 0), 0);
+  auto rt = CreateOciRuntime(opts_);
+  ASSERT_TRUE(rt) << rt.error().message;
+  rt_ = std::move(*rt);
+  EXPECT_TRUE(sys::IsMountPoint(ns));
+  ASSERT_TRUE(Start(Spec("reb")));
+  auto facts = Ask(rt_->AgentSocketPath("reb"), "facts");
+  ASSERT_TRUE(facts) << facts.error().message;
+}
+
+TEST_F(OciTest, RejectsWhatCannotWork) {
+  // A state dir the sandbox's root (an unprivileged host uid) cannot traverse.
+  OciOptions o = opts_;
+  ASSERT_TRUE(sys::MkdirAll(tmp_.path() + "/closed", 0700));
+  o.state_dir = tmp_.path() + "/closed/state";
+  auto rt = CreateOciRuntime(o);
+  ASSERT_FALSE(rt);
+  EXPECT_EQ(rt.error().code, Errc::kInvalidArgument);
+  EXPECT_NE(rt.error().message.find("/closed "), std::string::npos) << rt.error().message;
+  o.user_namespace = false;  // without a user namespace the runtime's root resolves paths
+  auto rt2 = CreateOciRuntime(o);
+  EXPECT_TRUE(rt2) << rt2.error().message;
+
+  o = opts_;
+  o.runtime_binary = "no-such-runtime";
+  EXPECT_FALSE(CreateOciRuntime(o));
+  o = opts_;
+  o.agent_binary = tmp_.path() + "/missing-agent";
+  EXPECT_FALSE(CreateOciRuntime(o));
+
+  InstanceSpec s = Spec("inv");
+  s.env = {"NOEQUALS"};
+  EXPECT_EQ(rt_->Start(s).error().code, Errc::kInvalidArgument);
+  s = Spec("inv");
+  s.limits.pids = -1;
+  EXPECT_EQ(rt_->Start(s).error().code, Errc::kInvalidArgument);
+  s = Spec("inv");
+  s.network = true;  // not implemented: refused rather than silently isolated
+  EXPECT_EQ(rt_->Start(s).error().code, Errc::kInvalidArgument);
+  ExpectNoTraces(rt_.get(), opts_, "inv");
+}
+
+TEST_F(OciTest, WithoutUserNamespace) {
+  OciOptions o = opts_;
+  o.state_dir = tmp_.path() + "/state-nouser";
+  o.user_namespace = false;
+  auto rt = CreateOciRuntime(o);
+  ASSERT_TRUE(rt) << rt.error().message;
+  Runtime* r = rt->get();
+  others_.push_back(std::move(*rt));
+  std::string root = tmp_.path() + "/root0";
+  ASSERT_TRUE(MakeRootfs(root, 0));
+  InstanceSpec s = Spec("nouser");
+  s.rootfs = root;
+  ASSERT_TRUE(StartOn(r, s));
+  auto facts = Ask(r->AgentSocketPath("nouser"), "facts");
+  ASSERT_TRUE(facts) << facts.error().message;
+  EXPECT_TRUE(StartsWith(*facts, "pid=1 uid=0 ")) << *facts;
+  pid_t host_pid = InitHostPid("nouser");
+  ASSERT_GT(host_pid, 0);
+  EXPECT_TRUE(StartsWith(StatusField(host_pid, "Uid"), "0\t"));
+  ASSERT_TRUE(r->Destroy("nouser"));
+  ExpectNoTraces(r, o, "nouser");
+}
+
+TEST_F(OciTest, RuncAlternative) {
+  if (!InPath("runc")) GTEST_SKIP() << "runc is not installed";
+  OciOptions o = opts_;
+  o.runtime_binary = "runc";
+  // A state dir belongs to one runtime binary.
+  auto same_dir = CreateOciRuntime(o);
+  ASSERT_FALSE(same_dir);
+  EXPECT_EQ(same_dir.error().code, Errc::kInvalidArgument);
+  o.state_dir = tmp_.path() + "/state-runc";
+  auto rt = CreateOciRuntime(o);
+  ASSERT_TRUE(rt) << rt.error().message;
+  Runtime* r = rt->get();
+  others_.push_back(std::move(*rt));
+  ASSERT_TRUE(StartOn(r, Spec("rc")));
+  auto facts = Ask(r->AgentSocketPath("rc"), "facts");
+  ASSERT_TRUE(facts) << facts.error().message;
+  EXPECT_EQ(*facts, "pid=1 uid=0 gid=0 hostname=box-rc ifaces=lo\n");
+  auto st = r->Inspect("rc");
+  ASSERT_TRUE(st);
+  EXPECT_EQ(*st, InstanceState::kRunning);
+  ASSERT_TRUE(r->Pause("rc"));
+  st = r->Inspect("rc");
+  ASSERT_TRUE(st);
+  EXPECT_EQ(*st, InstanceState::kPaused);
+  ASSERT_TRUE(r->Resume("rc"));
+  auto sh = Ask(r->AgentSocketPath("rc"), "sh (setsid sleep 1000 >/dev/null 2>&1 &); echo ok");
+  ASSERT_TRUE(sh);
+  std::vector<pid_t> pids = CgroupPids("rc");
+  int64_t t0 = MonotonicNanos();
+  auto d = r->Destroy("rc");
+  int64_t t1 = MonotonicNanos();
+  ASSERT_TRUE(d) << d.error().message;
+  std::printf("[ runc ] destroy %.1f ms\n", static_cast<double>(t1 - t0) / 1e6);
+  for (pid_t p : pids) EXPECT_FALSE(ProcessAlive(p));
+  ExpectNoTraces(r, o, "rc");
+}
+
+// Start -> agent socket connectable, pause/resume and destroy, over 20 runs.
+TEST_F(OciTest, Timings) {
+  constexpr int kRuns = 20;
+  std::vector<int64_t> start_us, connect_us, pause_us, resume_us, destroy_us;
+  for (int i = 0; i < kRuns; ++i) {
+    std::string id = "t" + std::to_string(i);
+    int64_t t0 = MonotonicNanos();
+    auto st = Start(Spec(id));
+    ASSERT_TRUE(st) << st.error().message;
+    int64_t t1 = MonotonicNanos();
+    auto fd = ConnectWithRetry(rt_->AgentSocketPath(id));
+    ASSERT_TRUE(fd) << fd.error().message;
+    int64_t t2 = MonotonicNanos();
+    ASSERT_TRUE(rt_->Pause(id));
+    int64_t t3 = MonotonicNanos();
+    ASSERT_TRUE(rt_->Resume(id));
+    int64_t t4 = MonotonicNanos();
+    fd->Reset();
+    ASSERT_TRUE(rt_->Destroy(id));
+    int64_t t5 = MonotonicNanos();
+    start_us.push_back((t1 - t0) / 1000);
+    connect_us.push_back((t2 - t0) / 1000);
+    pause_us.push_back((t3 - t2) / 1000);
+    resume_us.push_back((t4 - t3) / 1000);
+    destroy_us.push_back((t5 - t4) / 1000);
+  }
+  auto show = [](const char* what, const std::vector<int64_t>& v) {
+    std::printf("[ oci/%s ] %-28s p50 %7.2f ms  p90 %7.2f ms  max %7.2f ms\n", "crun", what,
+                Percentile(v, 0.5) / 1e3, Percentile(v, 0.9) / 1e3, Percentile(v, 1.0) / 1e3);
+  };
+  show("Start returns", start_us);
+  show("Start -> socket connectable", connect_us);
+  show("Pause", pause_us);
+  show("Resume", resume_us);
+  show("Destroy", destroy_us);
+}
+
+}  // namespace
+}  // namespace space::runtime
