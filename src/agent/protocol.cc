@@ -77,7 +77,9 @@ Result<std::optional<Frame>> FrameDecoder::Next() {
 }
 
 std::string EncodeMessage(const nlohmann::json& json, std::string_view body) {
-  std::string j = json.dump();
+  // Invalid UTF-8 (e.g. a file name from the sandbox) is replaced, not thrown: a message
+  // must always encode, and nothing from the sandbox may crash either end.
+  std::string j = json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::string out;
   out.reserve(4 + j.size() + body.size());
   PutU32(&out, static_cast<uint32_t>(j.size()));
@@ -104,6 +106,15 @@ std::string EncodeData(uint64_t offset, std::string_view bytes) {
   PutU64(&out, offset);
   out.append(bytes.data(), bytes.size());
   return out;
+}
+
+void EncodeDataFrame(FrameType type, uint32_t stream, uint64_t offset, std::string_view bytes,
+                     std::string* out) {
+  PutU32(out, static_cast<uint32_t>(8 + bytes.size()));
+  out->push_back(static_cast<char>(type));
+  PutU32(out, stream);
+  PutU64(out, offset);
+  out->append(bytes.data(), bytes.size());
 }
 
 Result<DataChunk> DecodeData(std::string_view payload) {

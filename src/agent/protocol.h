@@ -78,6 +78,10 @@ struct DataChunk {
   std::string_view bytes;   // points into the payload
 };
 std::string EncodeData(uint64_t offset, std::string_view bytes);
+// Appends a whole STDOUT/STDERR frame, the same bytes as
+// EncodeFrame(type, stream, EncodeData(offset, bytes), out) without the temporary copy.
+void EncodeDataFrame(FrameType type, uint32_t stream, uint64_t offset, std::string_view bytes,
+                     std::string* out);
 Result<DataChunk> DecodeData(std::string_view payload);
 
 // Acknowledgement: u8 fd (1 stdout, 2 stderr, 0 exit) | u64 offset (bytes durable below it).

@@ -39,6 +39,21 @@ TEST(FrameTest, RoundTripsAcrossArbitrarySplits) {
   }
 }
 
+TEST(FrameTest, EncodeDataFrameMatchesTheTwoStepEncoding) {
+  std::string direct = "prefix";
+  EncodeDataFrame(FrameType::kStderr, 9, 1ull << 33, std::string("a\0b", 3), &direct);
+  EXPECT_EQ(direct, "prefix" + EncodeFrame(FrameType::kStderr, 9,
+                                           EncodeData(1ull << 33, std::string("a\0b", 3))));
+}
+
+TEST(MessageTest, InvalidUtf8IsReplacedNotThrown) {
+  std::string msg;
+  EXPECT_NO_THROW(msg = EncodeMessage({{"name", std::string("bad\xff\xfe")}}));
+  auto m = DecodeMessage(msg);
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->json["name"].is_string());
+}
+
 TEST(FrameTest, RejectsOversizedFrame) {
   std::string wire = EncodeFrame(FrameType::kStdout, 1, "");
   wire[3] = 0x7f;  // length ~2 GiB

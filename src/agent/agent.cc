@@ -1,0 +1,790 @@
+#include "agent/agent.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+
+#include "agent/exec.h"
+#include "agent/log.h"
+#include "common/json.h"
+
+namespace space::agent {
+namespace {
+
+// What an epoll event belongs to: the kind in the high half of data.u64, a stream id (or
+// the connection generation) in the low half. Lookups by stream make stale events for
+// fds closed earlier in the same batch harmless.
+enum Kind : uint32_t {
+  kListenTag = 1,
+  kConnTag,
+  kSignalTag,
+  kStdoutTag,  // kStdoutTag + 1 is stderr
+  kStderrTag,
+  kStdinTag,
+  kExecStatusTag,
+};
+uint64_t Tag(Kind k, uint32_t id) { return (static_cast<uint64_t>(k) << 32) | id; }
+
+// Encoded frames waiting for the socket: above this the agent stops turning buffered
+// output into frames (and stops reading pipes) until the host catches up.
+constexpr size_t kOutHighWater = 2u << 20;
+constexpr size_t kScratchSize = kMaxDataChunk;
+constexpr int64_t kShutdownGraceNs = 5'000'000'000;
+constexpr int64_t kFdPollIntervalNs = 200'000'000;
+
+int64_t RealtimeNanos() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// As init of a pid namespace, the only legitimate client is the host, outside the
+// namespace: SO_PEERCRED reports its pid as 0 there. A peer with a visible pid is a
+// process of the sandbox trying to take the host's place (the socket lives in the
+// sandbox's filesystem), and is refused.
+bool FromOutsideNamespace(int fd) {
+  struct ucred cred = {};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+    AGENT_LOG_WARN("SO_PEERCRED: %s", strerror(errno));
+    return false;
+  }
+  if (cred.pid != 0) {
+    AGENT_LOG_WARN("refusing a connection from pid %d inside the sandbox", cred.pid);
+    return false;
+  }
+  return true;
+}
+
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+}  // namespace
+
+struct Agent::Output {
+  struct Chunk {
+    uint64_t offset;
+    std::string data;
+  };
+  sys::UniqueFd pipe;
+  uint32_t events = 0;  // registered epoll interest; 0 = not registered
+  bool eof = false;
+  uint64_t produced = 0, acked = 0, sent = 0;
+  std::deque<Chunk> chunks;  // [chunks.front().offset <= acked, produced)
+};
+
+struct Agent::Command {
+  uint32_t stream = 0;
+  std::string id;
+  pid_t pid = -1;
+  ExecRequest req;            // for error messages
+  uint32_t exec_request = 0;  // the request answered once exec's outcome is known
+  uint32_t exec_conn = 0;     // ... on the connection (generation) that carried it
+  sys::UniqueFd exec_status;
+  uint32_t exec_status_events = 0;
+  bool started = false;  // exec succeeded
+  bool exited = false;   // main process reaped
+  bool timed_out = false;
+  bool exit_sent = false;  // EXIT sent on the current connection
+  int exit_code = -1;
+  int term_signal = 0;
+  int64_t deadline_ns = 0;  // 0 = no timeout
+  Output out[2];            // stdout, stderr
+  sys::UniqueFd stdin_pipe;
+  uint32_t stdin_events = 0;
+  std::string stdin_buf;
+  size_t stdin_pos = 0;
+  bool stdin_eof = false;
+};
+
+Agent::Agent(const AgentOptions& opts, FileService files) : opts_(opts), files_(std::move(files)) {}
+
+Agent::~Agent() = default;
+
+Result<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& opts) {
+  if (opts.window == 0) return Fail(Errc::kInvalidArgument, "window must be positive");
+  auto files = FileService::Open(opts.root);
+  if (!files) return tl::unexpected(files.error());
+  std::unique_ptr<Agent> a(new Agent(opts, std::move(*files)));
+  // Not zero-filled: its pages cost memory only once a read touches them.
+  a->scratch_.reset(new char[kScratchSize]);
+
+  a->epoll_.Reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!a->epoll_) return ErrnoFail("epoll_create1");
+
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
+  a->signal_fd_.Reset(::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (!a->signal_fd_) return ErrnoFail("signalfd");
+  uint32_t signal_events = 0;
+  a->SetInterest(a->signal_fd_.get(), Tag(kSignalTag, 0), EPOLLIN, &signal_events);
+
+  if (!opts.listen_path.empty()) {
+    struct sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    if (opts.listen_path.size() >= sizeof addr.sun_path)
+      return Fail(Errc::kInvalidArgument, "socket path too long: " + opts.listen_path);
+    std::memcpy(addr.sun_path, opts.listen_path.c_str(), opts.listen_path.size() + 1);
+    a->listen_.Reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!a->listen_) return ErrnoFail("socket");
+    if (::unlink(opts.listen_path.c_str()) < 0 && errno != ENOENT)
+      return ErrnoFail("remove stale socket " + opts.listen_path);
+    // The socket file is the only door to the agent: never let it exist with a wider
+    // mode, not even between bind and chmod.
+    mode_t old = ::umask(0177);
+    int rc = ::bind(a->listen_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    int err = errno;
+    ::umask(old);
+    if (rc < 0) return ErrnoFail("bind " + opts.listen_path, err);
+    if (::chmod(opts.listen_path.c_str(), 0600) < 0) return ErrnoFail("chmod " + opts.listen_path);
+    if (::listen(a->listen_.get(), 8) < 0) return ErrnoFail("listen " + opts.listen_path);
+    uint32_t listen_events = 0;
+    a->SetInterest(a->listen_.get(), Tag(kListenTag, 0), EPOLLIN, &listen_events);
+  } else if (opts.fd >= 0) {
+    int fl = ::fcntl(opts.fd, F_GETFL);
+    if (fl < 0 || ::fcntl(opts.fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
+        ::fcntl(opts.fd, F_SETFD, FD_CLOEXEC) < 0)
+      return ErrnoFail("fd " + std::to_string(opts.fd));
+    a->conn_.Reset(opts.fd);
+    a->StartConnection();
+  } else {
+    return Fail(Errc::kInvalidArgument, "need --listen PATH or --fd N");
+  }
+  return a;
+}
+
+// ---------------------------------------------------------------------------------------
+// The loop.
+
+int Agent::Run() {
+  epoll_event events[64];
+  for (;;) {
+    if (shutting_down_) {
+      bool children = Reap();
+      bool drained = true;
+      if (connected()) {
+        drained = OutPending() == 0;
+        for (auto& [s, c] : commands_) drained &= !Finished(*c) || c->exit_sent;
+      }
+      if (!children && drained) break;
+      if (MonotonicNanos() >= shutdown_deadline_ns_) {
+        if (shutdown_killed_) break;
+        AGENT_LOG_WARN("commands still running after SIGTERM; killing them");
+        for (auto& [s, c] : commands_) SignalCommand(*c, SIGKILL);
+        shutdown_killed_ = true;
+        shutdown_deadline_ns_ = MonotonicNanos() + 1'000'000'000;
+      }
+    }
+    int n = ::epoll_wait(epoll_.get(), events, 64, NextTimeoutMs());
+    if (n < 0 && errno != EINTR) {
+      AGENT_LOG_ERROR("epoll_wait: %s", strerror(errno));
+      return 1;
+    }
+    for (int i = 0; i < n; ++i) {
+      uint64_t tag = events[i].data.u64;
+      uint32_t id = static_cast<uint32_t>(tag);
+      uint32_t ev = events[i].events;
+      Kind kind = static_cast<Kind>(tag >> 32);
+      auto cmd = [&]() -> Command* {
+        auto it = commands_.find(id);
+        return it == commands_.end() ? nullptr : it->second.get();
+      };
+      switch (kind) {
+        case kListenTag:
+          Accept();
+          break;
+        case kConnTag:
+          if (id != conn_gen_ || !conn_live_) break;
+          if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) ReadConnection();
+          if (conn_live_ && (ev & EPOLLOUT)) Flush();
+          break;
+        case kSignalTag:
+          OnSignals();
+          break;
+        case kStdoutTag:
+        case kStderrTag:
+          if (Command* c = cmd()) ReadOutput(*c, kind - kStdoutTag);
+          break;
+        case kStdinTag:
+          if (Command* c = cmd()) FlushStdin(*c);
+          break;
+        case kExecStatusTag:
+          if (Command* c = cmd(); c && c->exec_status) OnExecStatus(*c);
+          break;
+      }
+    }
+    CheckDeadlines();
+    if (opts_.fd >= 0 && !conn_live_ && MonotonicNanos() >= next_fd_poll_ns_) {
+      // A serial port reports hang-up while no host is attached; once it stops, a new
+      // host is there and gets a HELLO like any new connection.
+      struct pollfd p = {conn_.get(), POLLIN | POLLOUT, 0};
+      if (::poll(&p, 1, 0) >= 0 && !(p.revents & (POLLHUP | POLLERR | POLLNVAL))) {
+        StartConnection();
+      } else {
+        next_fd_poll_ns_ = MonotonicNanos() + kFdPollIntervalNs;
+      }
+    }
+    Pump();
+    Flush();
+    UpdatePipeInterest();
+    UpdateConnectionInterest();
+  }
+  Flush();
+  AGENT_LOG_INFO("exiting");
+  return 0;
+}
+
+int Agent::NextTimeoutMs() const {
+  int64_t next = INT64_MAX;
+  for (const auto& [s, c] : commands_)
+    if (c->deadline_ns) next = std::min(next, c->deadline_ns);
+  if (shutting_down_) next = std::min(next, shutdown_deadline_ns_);
+  if (opts_.fd >= 0 && !conn_live_) next = std::min(next, next_fd_poll_ns_);
+  if (next == INT64_MAX) return -1;
+  int64_t left = next - MonotonicNanos();
+  if (left <= 0) return 0;
+  return static_cast<int>(std::min<int64_t>((left + 999'999) / 1'000'000, 60'000));
+}
+
+void Agent::SetInterest(int fd, uint64_t tag, uint32_t events, uint32_t* current) {
+  if (fd < 0 || events == *current) return;
+  epoll_event ev = {};
+  ev.events = events;
+  ev.data.u64 = tag;
+  int op = events == 0 ? EPOLL_CTL_DEL : (*current == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD);
+  if (::epoll_ctl(epoll_.get(), op, fd, &ev) < 0) {
+    AGENT_LOG_ERROR("epoll_ctl(%d, fd %d): %s", op, fd, strerror(errno));
+    return;
+  }
+  *current = events;
+}
+
+// ---------------------------------------------------------------------------------------
+// The connection.
+
+void Agent::Accept() {
+  for (;;) {
+    int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN) AGENT_LOG_WARN("accept: %s", strerror(errno));
+      return;
+    }
+    if (opts_.is_init && !FromOutsideNamespace(fd)) {
+      ::close(fd);
+      continue;
+    }
+    if (conn_) {
+      // Frames the old host sent before this connection was made (typically its last
+      // ACKs) are already queued on a unix socket: apply them before letting it go, so
+      // the new connection does not retransmit what was acknowledged.
+      ReadConnection();
+      if (conn_) DropConnection("replaced by a new connection");
+    }
+    conn_.Reset(fd);
+    StartConnection();
+  }
+}
+
+void Agent::StartConnection() {
+  conn_live_ = true;
+  ++conn_gen_;
+  conn_events_ = 0;
+  decoder_ = FrameDecoder();
+  out_.clear();
+  out_pos_ = 0;
+  // Everything unacknowledged is sent again, each chunk at its absolute offset.
+  for (auto& [s, c] : commands_) {
+    for (auto& o : c->out) o.sent = o.acked;
+    c->exit_sent = false;
+  }
+  SendFrame(FrameType::kHello, 0, Dump(Hello()));
+  AGENT_LOG_DEBUG("host connected (%zu commands remembered)", commands_.size());
+  UpdateConnectionInterest();
+}
+
+void Agent::DropConnection(const char* why) {
+  AGENT_LOG_INFO("host connection closed: %s", why);
+  SetInterest(conn_.get(), 0, 0, &conn_events_);
+  conn_live_ = false;
+  out_.clear();
+  out_pos_ = 0;
+  decoder_ = FrameDecoder();
+  if (opts_.fd >= 0) {
+    next_fd_poll_ns_ = MonotonicNanos() + kFdPollIntervalNs;
+  } else {
+    conn_.Reset();
+  }
+}
+
+void Agent::UpdateConnectionInterest() {
+  if (!conn_live_) return;
+  uint32_t want = EPOLLIN | (OutPending() ? uint32_t{EPOLLOUT} : 0u);
+  SetInterest(conn_.get(), Tag(kConnTag, conn_gen_), want, &conn_events_);
+}
+
+void Agent::ReadConnection() {
+  // Bounded rounds keep one busy host from starving the pipes; epoll is level-triggered.
+  for (int round = 0; round < 16 && conn_live_; ++round) {
+    ssize_t n = ::read(conn_.get(), scratch_.get(), kScratchSize);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    if (n <= 0) {
+      DropConnection(n == 0 ? "end of stream" : strerror(errno));
+      return;
+    }
+    decoder_.Feed(std::string_view(scratch_.get(), static_cast<size_t>(n)));
+    for (;;) {
+      auto f = decoder_.Next();
+      if (!f) {
+        // Oversized or unknown frame: this connection is unusable, the commands are not
+        // affected.
+        AGENT_LOG_WARN("protocol error: %s", f.error().message.c_str());
+        DropConnection("protocol error");
+        return;
+      }
+      if (!*f) break;
+      HandleFrame(**f);
+    }
+  }
+}
+
+void Agent::HandleFrame(Frame& f) {
+  switch (f.type) {
+    case FrameType::kRequest:
+      HandleRequest(f.stream, f.payload);
+      break;
+    case FrameType::kAck:
+      OnAck(f.stream, f.payload);
+      break;
+    case FrameType::kStdin:
+      OnStdin(f.stream, f.payload);
+      break;
+    default:
+      AGENT_LOG_WARN("ignoring frame type %d from the host", static_cast<int>(f.type));
+      break;
+  }
+}
+
+void Agent::SendFrame(FrameType type, uint32_t stream, std::string_view payload) {
+  if (!conn_live_) return;
+  EncodeFrame(type, stream, payload, &out_);
+}
+
+void Agent::Flush() {
+  if (!conn_live_) return;
+  while (out_pos_ < out_.size()) {
+    ssize_t n = ::write(conn_.get(), out_.data() + out_pos_, out_.size() - out_pos_);
+    if (n > 0) {
+      out_pos_ += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    DropConnection(n == 0 ? "write returned 0" : strerror(errno));
+    return;
+  }
+  if (out_pos_ == out_.size()) {
+    out_pos_ = 0;
+    // Give big buffers back once idle: many idle sandboxes each hold an agent.
+    if (out_.capacity() > (256u << 10))
+      std::string().swap(out_);
+    else
+      out_.clear();
+  } else if (out_pos_ >= (1u << 20)) {
+    out_.erase(0, out_pos_);
+    out_pos_ = 0;
+  }
+}
+
+void Agent::Respond(uint32_t request, const Json& json, std::string_view body) {
+  if (!conn_live_) {
+    AGENT_LOG_DEBUG("response to request %u dropped: no host connection", request);
+    return;
+  }
+  std::string msg = EncodeMessage(json, body);
+  if (msg.size() > kMaxPayload) {
+    msg = EncodeMessage(ErrorJson(Error{Errc::kTooLarge, 0, "response exceeds the frame limit"}));
+  }
+  SendFrame(FrameType::kResponse, request, msg);
+}
+
+void Agent::RespondError(uint32_t request, const Error& e) {
+  AGENT_LOG_DEBUG("request %u failed: %s", request, e.message.c_str());
+  Respond(request, ErrorJson(e));
+}
+
+Json Agent::Hello() const {
+  Json cmds = Json::array();
+  for (const auto& [s, c] : commands_) {
+    cmds.push_back({{"stream", s},
+                    {"id", c->id},
+                    {"running", !c->exited},
+                    {"pid", c->pid},
+                    {"stdout_acked", c->out[0].acked},
+                    {"stderr_acked", c->out[1].acked},
+                    {"stdout_produced", c->out[0].produced},
+                    {"stderr_produced", c->out[1].produced}});
+  }
+  return {{"version", kProtocolVersion},
+          {"pid", static_cast<int>(::getpid())},
+          {"agent", kAgentVersion},
+          {"commands", std::move(cmds)}};
+}
+
+// ---------------------------------------------------------------------------------------
+// Requests.
+
+void Agent::HandleRequest(uint32_t request, std::string_view payload) {
+  auto m = DecodeMessage(payload);
+  if (!m) return RespondError(request, m.error());
+  auto op = JsonString(m->json, "op");
+  if (!op) return RespondError(request, Error{Errc::kInvalidArgument, 0, "request has no op"});
+  try {
+    if (*op == "ping") {
+      Respond(request, {{"ok", true}, {"time_ns", RealtimeNanos()}});
+    } else if (*op == "exec") {
+      StartExec(request, m->json);
+    } else if (*op == "signal") {
+      SignalOp(request, m->json);
+    } else if (FileService::IsFileOp(*op)) {
+      auto r = files_.Handle(*op, m->json, m->body);
+      if (!r) return RespondError(request, r.error());
+      Respond(request, r->json, r->body);
+    } else {
+      RespondError(request, Error{Errc::kInvalidArgument, 0, "unknown op: " + *op});
+    }
+  } catch (const std::exception& e) {
+    // Nothing above should throw; if a library does, the request fails, not the agent.
+    RespondError(request, Error{Errc::kInternal, 0, std::string("agent: ") + e.what()});
+  }
+}
+
+void Agent::StartExec(uint32_t request, const Json& j) {
+  auto req = ParseExecRequest(j);
+  if (!req) return RespondError(request, req.error());
+  if (shutting_down_)
+    return RespondError(request, Error{Errc::kUnavailable, 0, "agent is shutting down"});
+  if (commands_.count(req->stream))
+    return RespondError(
+        request, Error{Errc::kConflict, 0, "stream " + std::to_string(req->stream) + " is in use"});
+  auto started = StartCommand(*req);
+  if (!started) return RespondError(request, started.error());
+
+  auto c = std::make_unique<Command>();
+  c->stream = req->stream;
+  c->id = req->id;
+  c->pid = started->pid;
+  c->exec_request = request;
+  c->exec_conn = conn_gen_;
+  c->exec_status = std::move(started->error_pipe);
+  c->out[0].pipe = std::move(started->stdout_pipe);
+  c->out[1].pipe = std::move(started->stderr_pipe);
+  c->stdin_pipe = std::move(started->stdin_pipe);
+  if (req->timeout_ms > 0) c->deadline_ns = MonotonicNanos() + req->timeout_ms * 1'000'000;
+  c->req = std::move(*req);
+  SetInterest(c->exec_status.get(), Tag(kExecStatusTag, c->stream), EPOLLIN,
+              &c->exec_status_events);
+  pids_[c->pid] = c->stream;
+  AGENT_LOG_DEBUG("stream %u: started pid %d", c->stream, c->pid);
+  commands_[c->stream] = std::move(c);
+}
+
+void Agent::OnExecStatus(Command& c) {
+  char buf[kExecFailureSize];
+  ssize_t n;
+  do {
+    n = ::read(c.exec_status.get(), buf, sizeof buf);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && errno == EAGAIN) return;
+  SetInterest(c.exec_status.get(), 0, 0, &c.exec_status_events);
+  c.exec_status.Reset();
+  if (n == static_cast<ssize_t>(kExecFailureSize)) {
+    if (c.exec_conn == conn_gen_) RespondError(c.exec_request, ExecFailure(buf, c.req));
+    Forget(c.stream);  // the child exits 127; waitpid(-1) reaps it as a stranger
+    return;
+  }
+  c.started = true;
+  // Request ids are per connection: a new host may already use this one for something
+  // else. It learns about the command from HELLO instead.
+  if (c.exec_conn == conn_gen_) Respond(c.exec_request, {{"ok", true}, {"pid", c.pid}});
+}
+
+void Agent::SignalOp(uint32_t request, const Json& j) {
+  auto stream = JsonInt(j, "stream");
+  auto sig = JsonInt(j, "signal");
+  if (!stream || *stream <= 0 || *stream > 0xffffffffll)
+    return RespondError(request, Error{Errc::kInvalidArgument, 0, "signal: bad stream"});
+  if (!sig || *sig < 1 || *sig > 64)
+    return RespondError(request, Error{Errc::kInvalidArgument, 0, "signal: number must be 1..64"});
+  auto it = commands_.find(static_cast<uint32_t>(*stream));
+  if (it == commands_.end())
+    return RespondError(
+        request, Error{Errc::kNotFound, 0, "no command on stream " + std::to_string(*stream)});
+  Command& c = *it->second;
+  if (Finished(c)) return RespondError(request, Error{Errc::kConflict, 0, "command has finished"});
+  if (!SignalCommand(c, static_cast<int>(*sig))) {
+    int err = errno;
+    if (err == ESRCH)
+      return RespondError(request, Error{Errc::kConflict, err, "command's processes are gone"});
+    return RespondError(request, ErrnoFail("kill", err).value());
+  }
+  Respond(request, {{"ok", true}});
+}
+
+// ---------------------------------------------------------------------------------------
+// Commands.
+
+bool Agent::Finished(const Command& c) const {
+  return c.started && c.exited && c.out[0].eof && c.out[1].eof;
+}
+
+bool Agent::SignalCommand(Command& c, int sig) {
+  if (c.pid <= 0 || Finished(c)) {
+    errno = ESRCH;
+    return false;
+  }
+  // The group id is the main pid (setsid in the child). While the child has not reached
+  // setsid yet the group does not exist, so fall back to the process itself.
+  if (::kill(-c.pid, sig) == 0) return true;
+  if (errno == ESRCH && !c.exited) return ::kill(c.pid, sig) == 0;
+  return false;
+}
+
+void Agent::ReadOutput(Command& c, int index) {
+  Output& o = c.out[index];
+  for (int round = 0; !o.eof && round < 64; ++round) {
+    uint64_t inflight = o.produced - o.acked;
+    if (inflight >= opts_.window) break;
+    size_t want = static_cast<size_t>(std::min<uint64_t>(opts_.window - inflight, kScratchSize));
+    ssize_t n = ::read(o.pipe.get(), scratch_.get(), want);
+    if (n > 0) {
+      std::string_view data(scratch_.get(), static_cast<size_t>(n));
+      if (!o.chunks.empty() && o.chunks.back().data.size() + data.size() <= kMaxDataChunk) {
+        o.chunks.back().data.append(data);
+      } else {
+        o.chunks.push_back({o.produced, std::string(data)});
+      }
+      o.produced += static_cast<uint64_t>(n);
+      if (static_cast<size_t>(n) < want) break;  // drained for now
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    if (n < 0) AGENT_LOG_WARN("stream %u: read: %s", c.stream, strerror(errno));
+    o.eof = true;
+    SetInterest(o.pipe.get(), 0, 0, &o.events);
+    o.pipe.Reset();
+  }
+}
+
+void Agent::OnAck(uint32_t stream, std::string_view payload) {
+  auto a = DecodeAck(payload);
+  if (!a) {
+    AGENT_LOG_WARN("stream %u: bad ACK: %s", stream, a.error().message.c_str());
+    return;
+  }
+  auto it = commands_.find(stream);
+  if (it == commands_.end()) return;
+  Command& c = *it->second;
+  if (a->fd == 0) {
+    if (Finished(c)) Forget(stream);  // the host stored the exit: nothing left to keep
+    return;
+  }
+  Output& o = c.out[a->fd - 1];
+  if (a->offset <= o.acked) return;  // stale
+  if (a->offset > o.produced) {
+    AGENT_LOG_WARN("stream %u: ACK %llu beyond produced %llu ignored", stream,
+                   static_cast<unsigned long long>(a->offset),
+                   static_cast<unsigned long long>(o.produced));
+    return;
+  }
+  o.acked = a->offset;
+  // The host's log may be ahead of what this connection sent (it stored bytes from the
+  // previous connection but died before acking them).
+  o.sent = std::max(o.sent, o.acked);
+  while (!o.chunks.empty() && o.chunks.front().offset + o.chunks.front().data.size() <= o.acked)
+    o.chunks.pop_front();
+}
+
+void Agent::OnStdin(uint32_t stream, std::string_view payload) {
+  auto it = commands_.find(stream);
+  if (it == commands_.end() || !it->second->stdin_pipe) {
+    AGENT_LOG_DEBUG("stream %u: STDIN for a command without open stdin dropped", stream);
+    return;
+  }
+  Command& c = *it->second;
+  if (payload.empty()) {
+    c.stdin_eof = true;
+  } else {
+    c.stdin_buf.append(payload.data(), payload.size());
+  }
+  FlushStdin(c);
+}
+
+void Agent::FlushStdin(Command& c) {
+  if (!c.stdin_pipe) return;
+  while (c.stdin_pos < c.stdin_buf.size()) {
+    ssize_t n = ::write(c.stdin_pipe.get(), c.stdin_buf.data() + c.stdin_pos,
+                        c.stdin_buf.size() - c.stdin_pos);
+    if (n > 0) {
+      c.stdin_pos += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      if (c.stdin_pos >= (1u << 20)) {
+        c.stdin_buf.erase(0, c.stdin_pos);
+        c.stdin_pos = 0;
+      }
+      return;  // UpdatePipeInterest waits for EPOLLOUT
+    }
+    CloseStdin(c);  // EPIPE: nobody reads stdin any more
+    return;
+  }
+  c.stdin_buf.clear();
+  c.stdin_pos = 0;
+  if (c.stdin_eof) CloseStdin(c);
+}
+
+void Agent::CloseStdin(Command& c) {
+  SetInterest(c.stdin_pipe.get(), 0, 0, &c.stdin_events);
+  c.stdin_pipe.Reset();
+  std::string().swap(c.stdin_buf);
+  c.stdin_pos = 0;
+}
+
+void Agent::Forget(uint32_t stream) {
+  auto it = commands_.find(stream);
+  if (it == commands_.end()) return;
+  Command& c = *it->second;
+  SetInterest(c.exec_status.get(), 0, 0, &c.exec_status_events);
+  for (auto& o : c.out) SetInterest(o.pipe.get(), 0, 0, &o.events);
+  SetInterest(c.stdin_pipe.get(), 0, 0, &c.stdin_events);
+  if (!c.exited) pids_.erase(c.pid);
+  AGENT_LOG_DEBUG("stream %u: forgotten", stream);
+  commands_.erase(it);
+}
+
+bool Agent::Reap() {
+  for (;;) {
+    int status = 0;
+    pid_t p = ::waitpid(-1, &status, WNOHANG);
+    if (p > 0) {
+      auto pit = pids_.find(p);
+      if (pit == pids_.end()) continue;  // an orphan we inherited, or a failed exec
+      auto cit = commands_.find(pit->second);
+      pids_.erase(pit);
+      if (cit == commands_.end()) continue;
+      Command& c = *cit->second;
+      c.exited = true;
+      if (WIFEXITED(status)) c.exit_code = WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) c.term_signal = WTERMSIG(status);
+      CloseStdin(c);
+      AGENT_LOG_DEBUG("stream %u: pid %d exited (code %d, signal %d)", c.stream, p, c.exit_code,
+                      c.term_signal);
+      continue;
+    }
+    if (p == 0) return true;
+    if (errno == EINTR) continue;
+    return errno != ECHILD;
+  }
+}
+
+void Agent::OnSignals() {
+  struct signalfd_siginfo si;
+  for (;;) {
+    ssize_t n = ::read(signal_fd_.get(), &si, sizeof si);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != static_cast<ssize_t>(sizeof si)) break;
+    int sig = static_cast<int>(si.ssi_signo);
+    if (sig == SIGCHLD) continue;  // reaped below, however many were coalesced
+    for (auto& [s, c] : commands_) SignalCommand(*c, sig);
+    if (sig == SIGTERM || (sig == SIGINT && !opts_.is_init)) {
+      if (!shutting_down_) {
+        AGENT_LOG_INFO("signal %d: stopping after the commands exit", sig);
+        shutting_down_ = true;
+        shutdown_deadline_ns_ = MonotonicNanos() + kShutdownGraceNs;
+      }
+    }
+  }
+  Reap();
+}
+
+void Agent::CheckDeadlines() {
+  int64_t now = MonotonicNanos();
+  for (auto& [s, c] : commands_) {
+    if (!c->deadline_ns || now < c->deadline_ns) continue;
+    c->deadline_ns = 0;
+    if (Finished(*c)) continue;
+    if (!c->exited) c->timed_out = true;
+    AGENT_LOG_DEBUG("stream %u: timeout, killing its process group", s);
+    SignalCommand(*c, SIGKILL);
+  }
+}
+
+void Agent::Pump() {
+  if (!conn_live_) return;
+  for (auto& [stream, cp] : commands_) {
+    Command& c = *cp;
+    if (!c.started) continue;
+    for (int i = 0; i < 2; ++i) {
+      Output& o = c.out[i];
+      FrameType type = i == 0 ? FrameType::kStdout : FrameType::kStderr;
+      auto chunk = o.chunks.begin();
+      while (o.sent < o.produced && OutPending() < kOutHighWater) {
+        while (chunk->offset + chunk->data.size() <= o.sent) ++chunk;
+        size_t skip = static_cast<size_t>(o.sent - chunk->offset);
+        size_t n = std::min<size_t>(chunk->data.size() - skip, kMaxDataChunk);
+        EncodeDataFrame(type, stream, o.sent, std::string_view(chunk->data).substr(skip, n), &out_);
+        o.sent += n;
+      }
+    }
+    if (!c.exit_sent && Finished(c) && c.out[0].sent == c.out[0].produced &&
+        c.out[1].sent == c.out[1].produced) {
+      Json exit = {{"exit_code", nullptr},
+                   {"signal", nullptr},
+                   {"timed_out", c.timed_out},
+                   {"stdout_end", c.out[0].produced},
+                   {"stderr_end", c.out[1].produced}};
+      if (c.term_signal)
+        exit["signal"] = c.term_signal;
+      else
+        exit["exit_code"] = c.exit_code;
+      SendFrame(FrameType::kExit, stream, Dump(exit));
+      c.exit_sent = true;
+    }
+  }
+}
+
+void Agent::UpdatePipeInterest() {
+  bool out_full = conn_live_ && OutPending() >= kOutHighWater;
+  for (auto& [stream, cp] : commands_) {
+    Command& c = *cp;
+    if (c.started) {
+      for (int i = 0; i < 2; ++i) {
+        Output& o = c.out[i];
+        bool want = o.pipe && !o.eof && o.produced - o.acked < opts_.window && !out_full;
+        SetInterest(o.pipe.get(), Tag(static_cast<Kind>(kStdoutTag + i), stream),
+                    want ? uint32_t{EPOLLIN} : 0u, &o.events);
+      }
+    }
+    bool want_stdin = c.stdin_pipe && c.stdin_pos < c.stdin_buf.size();
+    SetInterest(c.stdin_pipe.get(), Tag(kStdinTag, stream), want_stdin ? uint32_t{EPOLLOUT} : 0u,
+                &c.stdin_events);
+  }
+}
+
+}  // namespace space::agent

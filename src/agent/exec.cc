@@ -1,0 +1,360 @@
+#include "agent/exec.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/close_range.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+extern char** environ;
+
+namespace space::agent {
+namespace {
+
+// Stages of the child's set-up, reported through the error pipe with errno.
+enum ChildStage : uint32_t { kStageSetup = 0, kStageUser = 1, kStageCwd = 2, kStageExec = 3 };
+
+bool HasNul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
+
+Result<std::optional<uint32_t>> ParseUid(std::string_view s) {
+  if (s.empty() || s.size() > 10) return std::optional<uint32_t>();
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::optional<uint32_t>();
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  // (uid_t)-1 means "no change" to setuid(2); refuse it and anything wider.
+  if (v >= 0xffffffffull)
+    return Fail(Errc::kInvalidArgument, "uid out of range: " + std::string(s));
+  return std::optional<uint32_t>(static_cast<uint32_t>(v));
+}
+
+std::vector<std::string_view> SplitFields(std::string_view line, char sep) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (;;) {
+    size_t p = line.find(sep, start);
+    if (p == std::string_view::npos) {
+      out.push_back(line.substr(start));
+      return out;
+    }
+    out.push_back(line.substr(start, p - start));
+    start = p + 1;
+  }
+}
+
+// Reads a whole file; a missing file reads as empty (a minimal rootfs may have no
+// /etc/group).
+Result<std::string> ReadOptionalFile(const std::string& path) {
+  auto r = sys::ReadFile(path);
+  if (!r && r.error().sys_errno == ENOENT) return std::string();
+  if (!r && r.error().code == Errc::kNotFound) return std::string();
+  return r;
+}
+
+template <class Fn>
+void ForEachLine(std::string_view text, Fn fn) {
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    if (!line.empty() && line[0] != '#') fn(line);
+    start = end + 1;
+  }
+}
+
+void SetEnv(std::vector<std::string>* env, std::string_view key, std::string_view value,
+            bool override_existing) {
+  for (auto& e : *env) {
+    if (e.size() > key.size() && e.compare(0, key.size(), key) == 0 && e[key.size()] == '=') {
+      if (override_existing) e = std::string(key) + "=" + std::string(value);
+      return;
+    }
+  }
+  env->push_back(std::string(key) + "=" + std::string(value));
+}
+
+[[noreturn]] void ChildFail(int fd, uint32_t stage, int err) {
+  char buf[kExecFailureSize];
+  std::memcpy(buf, &stage, 4);
+  std::memcpy(buf + 4, &err, 4);
+  ssize_t ignored = ::write(fd, buf, sizeof buf);
+  (void)ignored;
+  ::_exit(127);
+}
+
+Status SetNonBlocking(int fd) {
+  int fl = ::fcntl(fd, F_GETFL);
+  if (fl < 0 || ::fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return ErrnoFail("fcntl O_NONBLOCK");
+  return Ok();
+}
+
+Result<std::pair<sys::UniqueFd, sys::UniqueFd>> Pipe() {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) < 0) return ErrnoFail("pipe2");
+  return std::make_pair(sys::UniqueFd(p[0]), sys::UniqueFd(p[1]));
+}
+
+}  // namespace
+
+Result<ExecRequest> ParseExecRequest(const Json& j) {
+  ExecRequest r;
+  auto bad = [](std::string m) { return Fail(Errc::kInvalidArgument, "exec: " + std::move(m)); };
+  auto stream = JsonInt(j, "stream");
+  if (!stream || *stream <= 0 || *stream > 0xffffffffll) return bad("stream must be 1..2^32-1");
+  r.stream = static_cast<uint32_t>(*stream);
+  if (const Json* id = JsonField(j, "id")) {
+    if (!id->is_string()) return bad("id must be a string");
+    r.id = id->get<std::string>();
+  }
+  const Json* argv = JsonField(j, "argv");
+  const Json* shell = JsonField(j, "shell");
+  if ((argv != nullptr) == (shell != nullptr))
+    return bad("exactly one of argv and shell is required");
+  if (argv) {
+    if (!argv->is_array() || argv->empty()) return bad("argv must be a non-empty array");
+    for (const Json& a : *argv) {
+      if (!a.is_string()) return bad("argv must hold strings");
+      r.argv.push_back(a.get<std::string>());
+      if (HasNul(r.argv.back())) return bad("argv holds a NUL byte");
+    }
+    if (r.argv[0].empty()) return bad("argv[0] is empty");
+  } else {
+    if (!shell->is_string()) return bad("shell must be a string");
+    std::string s = shell->get<std::string>();
+    if (HasNul(s)) return bad("shell holds a NUL byte");
+    r.argv = {"/bin/sh", "-c", std::move(s)};
+  }
+  if (const Json* env = JsonField(j, "env")) {
+    if (!env->is_object()) return bad("env must be an object");
+    for (auto it = env->begin(); it != env->end(); ++it) {
+      if (!it.value().is_string()) return bad("env values must be strings");
+      std::string k = it.key(), v = it.value().get<std::string>();
+      if (k.empty() || k.find('=') != std::string::npos || HasNul(k) || HasNul(v))
+        return bad("bad env name: " + k);
+      r.env.emplace_back(std::move(k), std::move(v));
+    }
+  }
+  if (const Json* cwd = JsonField(j, "cwd")) {
+    if (!cwd->is_string() || cwd->get<std::string>().empty() || HasNul(cwd->get<std::string>()))
+      return bad("cwd must be a non-empty string");
+    r.cwd = cwd->get<std::string>();
+  }
+  if (const Json* user = JsonField(j, "user")) {
+    if (user->is_string() && !user->get<std::string>().empty() &&
+        !HasNul(user->get<std::string>())) {
+      r.user = user->get<std::string>();
+    } else if (user->is_number_integer() && user->get<int64_t>() >= 0 &&
+               user->get<int64_t>() < 0xffffffffll) {
+      r.user = std::to_string(user->get<int64_t>());
+    } else {
+      return bad("user must be a name or a uid");
+    }
+  }
+  if (const Json* in = JsonField(j, "stdin")) {
+    if (!in->is_boolean()) return bad("stdin must be a bool");
+    r.stdin_pipe = in->get<bool>();
+  }
+  if (JsonField(j, "timeout_ms")) {
+    auto t = JsonInt(j, "timeout_ms");
+    if (!t || *t < 0) return bad("timeout_ms must be a non-negative integer");
+    r.timeout_ms = *t;
+  }
+  return r;
+}
+
+Result<UserInfo> LookupUser(const std::string& user, const std::string& passwd_path,
+                            const std::string& group_path) {
+  auto uid = ParseUid(user);
+  if (!uid) return tl::unexpected(uid.error());
+  auto passwd = ReadOptionalFile(passwd_path);
+  if (!passwd) return tl::unexpected(std::move(passwd.error()).Wrap("read " + passwd_path));
+
+  UserInfo info;
+  bool found = false;
+  ForEachLine(*passwd, [&](std::string_view line) {
+    if (found) return;
+    auto f = SplitFields(line, ':');
+    if (f.size() < 7) return;
+    auto line_uid = ParseUid(f[2]);
+    auto line_gid = ParseUid(f[3]);
+    if (!line_uid || !*line_uid || !line_gid || !*line_gid) return;
+    bool match = *uid ? **line_uid == **uid : f[0] == user;
+    if (!match) return;
+    found = true;
+    info.name = std::string(f[0]);
+    info.uid = **line_uid;
+    info.gid = **line_gid;
+    info.home = f[5].empty() ? "/" : std::string(f[5]);
+  });
+  if (!found) {
+    if (!*uid) return Fail(Errc::kNotFound, "user " + user + " not found in " + passwd_path);
+    info.uid = **uid;
+    info.gid = 0;
+    info.home = "/";
+  }
+  info.groups.push_back(info.gid);
+  if (!info.name.empty()) {
+    auto group = ReadOptionalFile(group_path);
+    if (!group) return tl::unexpected(std::move(group.error()).Wrap("read " + group_path));
+    ForEachLine(*group, [&](std::string_view line) {
+      auto f = SplitFields(line, ':');
+      if (f.size() < 4) return;
+      auto gid = ParseUid(f[2]);
+      if (!gid || !*gid) return;
+      for (std::string_view member : SplitFields(f[3], ',')) {
+        if (member == info.name) {
+          bool dup = false;
+          for (gid_t g : info.groups) dup |= g == **gid;
+          if (!dup) info.groups.push_back(**gid);
+          break;
+        }
+      }
+    });
+  }
+  return info;
+}
+
+Result<StartedCommand> StartCommand(const ExecRequest& req) {
+  // Everything that allocates or can fail is done here, before fork.
+  bool switch_user = req.user.has_value();
+  UserInfo user;
+  if (switch_user) {
+    auto u = LookupUser(*req.user);
+    if (!u) return tl::unexpected(u.error());
+    user = std::move(*u);
+  } else {
+    auto u = LookupUser(std::to_string(::getuid()));
+    if (u)
+      user = std::move(*u);
+    else
+      user.home = "/";
+  }
+
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) env.emplace_back(*e);
+  // A requested user gets its own identity; without one, fill in only what is missing.
+  SetEnv(&env, "HOME", user.home, switch_user);
+  if (!user.name.empty()) {
+    SetEnv(&env, "USER", user.name, switch_user);
+    SetEnv(&env, "LOGNAME", user.name, switch_user);
+  }
+  for (const auto& [k, v] : req.env) SetEnv(&env, k, v, true);
+
+  std::vector<char*> argv_c, env_c;
+  for (const auto& a : req.argv) argv_c.push_back(const_cast<char*>(a.c_str()));
+  argv_c.push_back(nullptr);
+  for (auto& e : env) env_c.push_back(e.data());
+  env_c.push_back(nullptr);
+  const std::string cwd = req.cwd.value_or(user.home);
+  const bool cwd_explicit = req.cwd.has_value();
+
+  auto out = Pipe();
+  if (!out) return tl::unexpected(out.error());
+  auto err = Pipe();
+  if (!err) return tl::unexpected(err.error());
+  auto status = Pipe();
+  if (!status) return tl::unexpected(status.error());
+  sys::UniqueFd in_child, in_parent;
+  if (req.stdin_pipe) {
+    auto in = Pipe();
+    if (!in) return tl::unexpected(in.error());
+    in_child = std::move(in->first);
+    in_parent = std::move(in->second);
+  } else {
+    auto devnull = sys::Open("/dev/null", O_RDONLY);
+    if (!devnull) return tl::unexpected(devnull.error());
+    in_child = std::move(*devnull);
+  }
+  // Bigger pipes mean fewer wake-ups for chatty commands; the window, not the pipe,
+  // bounds what the agent holds. Failure (a lowered pipe-max-size) is harmless.
+  ::fcntl(out->second.get(), F_SETPIPE_SZ, 1 << 20);
+  ::fcntl(err->second.get(), F_SETPIPE_SZ, 1 << 20);
+
+  pid_t pid = ::fork();
+  if (pid < 0) return ErrnoFail("fork");
+  if (pid == 0) {
+    // Child: the parent is single-threaded, so allocation-free code is not required,
+    // but everything needed was prepared above anyway.
+    const int status_fd = status->second.get();
+    if (::setsid() < 0) ChildFail(status_fd, kStageSetup, errno);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);  // SIGKILL/SIGSTOP fail: fine
+    // fds 0-2 of the agent are always open (main makes sure), so none of these pipes
+    // is 0, 1 or 2 and dup2 never clobbers a source.
+    if (::dup2(in_child.get(), 0) < 0 || ::dup2(out->second.get(), 1) < 0 ||
+        ::dup2(err->second.get(), 2) < 0)
+      ChildFail(status_fd, kStageSetup, errno);
+    // Everything else closes at exec; the status pipe stays usable until then.
+    if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+      for (int fd = 3; fd < 65536; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+    ::umask(022);
+    if (switch_user) {
+      if (::setgroups(user.groups.size(), user.groups.data()) < 0)
+        ChildFail(status_fd, kStageUser, errno);
+      if (::setgid(user.gid) < 0) ChildFail(status_fd, kStageUser, errno);
+      if (::setuid(user.uid) < 0) ChildFail(status_fd, kStageUser, errno);
+    }
+    if (::chdir(cwd.c_str()) < 0) {
+      if (cwd_explicit) ChildFail(status_fd, kStageCwd, errno);
+      if (::chdir("/") < 0) ChildFail(status_fd, kStageCwd, errno);
+    }
+    // execvp searches the PATH of `environ`, so the request's PATH applies.
+    environ = env_c.data();
+    ::execvp(argv_c[0], argv_c.data());
+    ChildFail(status_fd, kStageExec, errno);
+  }
+
+  StartedCommand c;
+  c.pid = pid;
+  c.stdin_pipe = std::move(in_parent);
+  c.stdout_pipe = std::move(out->first);
+  c.stderr_pipe = std::move(err->first);
+  c.error_pipe = std::move(status->first);
+  // The child's ends close here (their destructors), so EOF on our ends means exit.
+  for (int fd :
+       {c.stdout_pipe.get(), c.stderr_pipe.get(), c.error_pipe.get(), c.stdin_pipe.get()}) {
+    if (fd >= 0) {
+      auto st = SetNonBlocking(fd);
+      if (!st) {
+        ::kill(pid, SIGKILL);  // reaped by the agent's waitpid(-1) loop
+        return tl::unexpected(st.error());
+      }
+    }
+  }
+  return c;
+}
+
+Error ExecFailure(const char (&buf)[kExecFailureSize], const ExecRequest& req) {
+  uint32_t stage;
+  int err;
+  std::memcpy(&stage, buf, 4);
+  std::memcpy(&err, buf + 4, 4);
+  std::string what;
+  switch (stage) {
+    case kStageUser:
+      what = "switch to user " + req.user.value_or("?");
+      break;
+    case kStageCwd:
+      what = "cwd " + req.cwd.value_or("(home)");
+      break;
+    case kStageExec:
+      what = "exec " + req.argv[0];
+      break;
+    default:
+      what = "set up command";
+      break;
+  }
+  Error e{ErrcFromErrno(err), err, what + ": " + std::strerror(err)};
+  if (stage == kStageSetup) e.code = Errc::kInternal;
+  return e;
+}
+
+}  // namespace space::agent

@@ -1,0 +1,437 @@
+#include "agent/files.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "agent/protocol.h"
+
+namespace space::agent {
+namespace {
+
+using Reply = FileService::Reply;
+
+Result<std::string> PathField(const Json& req, const char* key) {
+  auto s = JsonString(req, key);
+  if (!s) return Fail(Errc::kInvalidArgument, std::string(key) + " must be a string");
+  return CleanPath(*s);
+}
+
+Result<int64_t> IntField(const Json& req, const char* key, int64_t def, int64_t min, int64_t max) {
+  if (!JsonField(req, key)) return def;
+  auto v = JsonInt(req, key);
+  if (!v || *v < min || *v > max)
+    return Fail(Errc::kInvalidArgument, std::string(key) + " must be an integer in " +
+                                            std::to_string(min) + ".." + std::to_string(max));
+  return *v;
+}
+
+Result<bool> BoolField(const Json& req, const char* key) {
+  if (!JsonField(req, key)) return false;
+  auto v = JsonBool(req, key);
+  if (!v) return Fail(Errc::kInvalidArgument, std::string(key) + " must be a bool");
+  return *v;
+}
+
+std::string Join(const std::string& dir, std::string_view name) {
+  std::string out = dir;
+  if (out != "/") out += '/';
+  out += name;
+  return out;
+}
+
+Result<std::string> ReadLinkAt(int dirfd, const char* name) {
+  std::string buf(256, '\0');
+  for (;;) {
+    ssize_t n = ::readlinkat(dirfd, name, buf.data(), buf.size());
+    if (n < 0) return ErrnoFail("readlink");
+    if (static_cast<size_t>(n) < buf.size()) {
+      buf.resize(static_cast<size_t>(n));
+      return buf;
+    }
+    if (buf.size() >= (1u << 16)) return Fail(Errc::kTooLarge, "readlink: target too long");
+    buf.resize(buf.size() * 2);
+  }
+}
+
+// ENTRY of docs/agent-protocol.md. `dirfd`/`name` locate a symlink's target.
+Json EntryJson(const std::string& path, std::string_view name, const struct stat& st, int dirfd) {
+  const char* type = S_ISREG(st.st_mode)   ? "file"
+                     : S_ISDIR(st.st_mode) ? "dir"
+                     : S_ISLNK(st.st_mode) ? "symlink"
+                                           : "other";
+  Json e = {
+      {"path", path},
+      {"name", std::string(name)},
+      {"type", type},
+      {"size", static_cast<int64_t>(st.st_size)},
+      {"mode", static_cast<int>(st.st_mode & 07777)},
+      {"mtime_ms", static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000},
+      {"uid", static_cast<int64_t>(st.st_uid)},
+      {"gid", static_cast<int64_t>(st.st_gid)}};
+  if (S_ISLNK(st.st_mode)) {
+    auto target = ReadLinkAt(dirfd, std::string(name).c_str());
+    if (target) e["link_target"] = *target;
+  }
+  return e;
+}
+
+// Lists one directory (taking ownership of fd) into `out`, descending `depth - 1` more
+// levels. Subdirectories are opened O_NOFOLLOW relative to their parent, so the walk
+// never follows a symlink; unreadable subdirectories are skipped.
+Status Walk(int fd, const std::string& prefix, int depth, std::vector<Json>* out, bool* truncated) {
+  DIR* d = ::fdopendir(fd);
+  if (!d) {
+    int err = errno;
+    ::close(fd);
+    return ErrnoFail("list " + prefix, err);
+  }
+  std::vector<std::string> names;
+  while (struct dirent* de = ::readdir(d)) {
+    std::string_view n = de->d_name;
+    if (n == "." || n == "..") continue;
+    names.emplace_back(n);
+  }
+  std::sort(names.begin(), names.end());
+  for (const auto& n : names) {
+    if (out->size() >= kMaxListEntries) {
+      *truncated = true;
+      break;
+    }
+    struct stat st;
+    if (::fstatat(::dirfd(d), n.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) continue;  // raced away
+    std::string path = Join(prefix, n);
+    out->push_back(EntryJson(path, n, st, ::dirfd(d)));
+    if (S_ISDIR(st.st_mode) && depth > 1) {
+      int sub = ::openat(::dirfd(d), n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub >= 0) (void)Walk(sub, path, depth - 1, out, truncated);
+    }
+  }
+  ::closedir(d);
+  return Ok();
+}
+
+// Removes the directory `name` under `parent` and everything below it, never following
+// symlinks and never descending into another filesystem (a mount point inside the tree
+// is an error, as with `rm --one-file-system`).
+Status RemoveTree(int parent, const std::string& name, dev_t dev, const std::string& path) {
+  int fd = ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return ErrnoFail("remove " + path);
+  DIR* d = ::fdopendir(fd);
+  if (!d) {
+    int err = errno;
+    ::close(fd);
+    return ErrnoFail("remove " + path, err);
+  }
+  struct stat self;
+  if (::fstat(::dirfd(d), &self) == 0 && self.st_dev != dev) {
+    ::closedir(d);
+    return Fail(Errc::kConflict, "remove " + path + ": is a mount point");
+  }
+  // Collect first: unlinking while readdir walks the same directory may skip entries.
+  std::vector<std::string> names;
+  while (struct dirent* de = ::readdir(d)) {
+    std::string_view n = de->d_name;
+    if (n != "." && n != "..") names.emplace_back(n);
+  }
+  Status result = Ok();
+  for (const auto& n : names) {
+    struct stat st;
+    if (::fstatat(::dirfd(d), n.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      if (errno == ENOENT) continue;
+      result = ErrnoFail("remove " + Join(path, n));
+      break;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      result = RemoveTree(::dirfd(d), n, dev, Join(path, n));
+      if (!result) break;
+    } else if (::unlinkat(::dirfd(d), n.c_str(), 0) < 0 && errno != ENOENT) {
+      result = ErrnoFail("remove " + Join(path, n));
+      break;
+    }
+  }
+  ::closedir(d);
+  if (!result) return result;
+  if (::unlinkat(parent, name.c_str(), AT_REMOVEDIR) < 0) return ErrnoFail("remove " + path);
+  return Ok();
+}
+
+}  // namespace
+
+Result<std::string> CleanPath(std::string_view path) {
+  if (path.empty() || path[0] != '/')
+    return Fail(Errc::kInvalidArgument, "path must be absolute: " + std::string(path));
+  if (path.find('\0') != std::string_view::npos)
+    return Fail(Errc::kInvalidArgument, "path holds a NUL byte");
+  std::vector<std::string_view> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string_view::npos) j = path.size();
+    std::string_view c = path.substr(i, j - i);
+    if (c == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (!c.empty() && c != ".") {
+      parts.push_back(c);
+    }
+    i = j + 1;
+  }
+  if (parts.empty()) return std::string("/");
+  std::string out;
+  for (auto c : parts) {
+    out += '/';
+    out += c;
+  }
+  return out;
+}
+
+Result<FileService> FileService::Open(const std::string& root) {
+  int fd = ::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoFail("open root " + root);
+  return FileService(sys::UniqueFd(fd));
+}
+
+bool FileService::IsFileOp(std::string_view op) {
+  return op == "stat" || op == "list" || op == "read" || op == "write" || op == "mkdir" ||
+         op == "remove" || op == "rename";
+}
+
+Result<FileService::Reply> FileService::Handle(std::string_view op, const Json& req,
+                                               std::string_view body) {
+  if (op == "stat") return Stat(req);
+  if (op == "list") return List(req);
+  if (op == "read") return Read(req);
+  if (op == "write") return Write(req, body);
+  if (op == "mkdir") return Mkdir(req);
+  if (op == "remove") return Remove(req);
+  if (op == "rename") return Rename(req);
+  return Fail(Errc::kInvalidArgument, "unknown file op " + std::string(op));
+}
+
+Result<sys::UniqueFd> FileService::Resolve(const std::string& path, int flags, mode_t mode) const {
+  struct open_how how = {};
+  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+  how.mode = (flags & O_CREAT) ? mode : 0;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  for (int attempt = 0;; ++attempt) {
+    long fd = ::syscall(SYS_openat2, root_.get(), path.c_str(), &how, sizeof how);
+    if (fd >= 0) return sys::UniqueFd(static_cast<int>(fd));
+    // RESOLVE_IN_ROOT answers EAGAIN when a concurrent rename or mount could have let
+    // ".." escape; retrying is the documented remedy.
+    if ((errno == EAGAIN || errno == EINTR) && attempt < 16) continue;
+    return ErrnoFail("open " + path);
+  }
+}
+
+Result<std::pair<sys::UniqueFd, std::string>> FileService::ResolveParent(
+    const std::string& path) const {
+  size_t slash = path.rfind('/');
+  std::string parent = slash == 0 ? "/" : path.substr(0, slash);
+  auto fd = Resolve(parent, O_PATH | O_DIRECTORY);
+  if (!fd) return tl::unexpected(fd.error());
+  return std::make_pair(std::move(*fd), path.substr(slash + 1));
+}
+
+Status FileService::MkdirAll(const std::string& path, mode_t mode) const {
+  auto prev = Resolve("/", O_PATH | O_DIRECTORY);
+  if (!prev) return tl::unexpected(prev.error());
+  std::string cur;
+  size_t i = 1;
+  while (i < path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    std::string comp = path.substr(i, j - i);
+    i = j + 1;
+    cur += "/" + comp;
+    // Each prefix is resolved from the root again so that a symlinked component is
+    // followed inside the root, like `mkdir -p` would.
+    auto fd = Resolve(cur, O_PATH | O_DIRECTORY);
+    if (!fd && fd.error().sys_errno == ENOENT) {
+      if (::mkdirat(prev->get(), comp.c_str(), mode) < 0 && errno != EEXIST)
+        return ErrnoFail("mkdir " + cur);
+      fd = Resolve(cur, O_PATH | O_DIRECTORY);
+    }
+    if (!fd) {
+      if (fd.error().sys_errno == ENOTDIR)
+        return Fail(Errc::kConflict, "mkdir " + cur + ": exists and is not a directory");
+      return tl::unexpected(fd.error());
+    }
+    prev = std::move(fd);
+  }
+  return Ok();
+}
+
+Result<Reply> FileService::Stat(const Json& req) {
+  auto path = PathField(req, "path");
+  if (!path) return tl::unexpected(path.error());
+  struct stat st;
+  if (*path == "/") {
+    if (::fstat(root_.get(), &st) < 0) return ErrnoFail("stat /");
+    return Reply{{{"ok", true}, {"entry", EntryJson("/", "/", st, -1)}}, {}};
+  }
+  auto parent = ResolveParent(*path);
+  if (!parent) return tl::unexpected(parent.error());
+  if (::fstatat(parent->first.get(), parent->second.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0)
+    return ErrnoFail("stat " + *path);
+  return Reply{{{"ok", true}, {"entry", EntryJson(*path, parent->second, st, parent->first.get())}},
+               {}};
+}
+
+Result<Reply> FileService::List(const Json& req) {
+  auto path = PathField(req, "path");
+  if (!path) return tl::unexpected(path.error());
+  auto depth = IntField(req, "depth", 1, 1, kMaxListDepth);
+  if (!depth) return tl::unexpected(depth.error());
+  auto dir = Resolve(*path, O_RDONLY | O_DIRECTORY);
+  if (!dir) return tl::unexpected(dir.error());
+  std::vector<Json> entries;
+  bool truncated = false;
+  auto st = Walk(dir->Release(), *path, static_cast<int>(*depth), &entries, &truncated);
+  if (!st) return tl::unexpected(st.error());
+  std::sort(entries.begin(), entries.end(), [](const Json& a, const Json& b) {
+    return a["path"].get_ref<const std::string&>() < b["path"].get_ref<const std::string&>();
+  });
+  Reply r{{{"ok", true}, {"entries", std::move(entries)}}, {}};
+  if (truncated) r.json["truncated"] = true;
+  return r;
+}
+
+Result<Reply> FileService::Read(const Json& req) {
+  auto path = PathField(req, "path");
+  if (!path) return tl::unexpected(path.error());
+  auto offset = IntField(req, "offset", 0, 0, INT64_MAX);
+  if (!offset) return tl::unexpected(offset.error());
+  auto length = IntField(req, "length", kMaxFileChunk, 0, INT64_MAX);
+  if (!length) return tl::unexpected(length.error());
+  // O_NONBLOCK: opening a FIFO planted by the sandbox must not hang the agent.
+  auto fd = Resolve(*path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+  if (!fd) return tl::unexpected(fd.error());
+  struct stat st;
+  if (::fstat(fd->get(), &st) < 0) return ErrnoFail("stat " + *path);
+  if (!S_ISREG(st.st_mode))
+    return Fail(Errc::kInvalidArgument, "read " + *path + ": not a regular file");
+  size_t want = static_cast<size_t>(std::min<int64_t>(*length, kMaxFileChunk));
+  std::string body(want, '\0');
+  size_t got = 0;
+  while (got < want) {
+    ssize_t n =
+        ::pread(fd->get(), body.data() + got, want - got, *offset + static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoFail("read " + *path);
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  body.resize(got);
+  // Files in /proc report size 0, so a short read is the reliable end signal.
+  bool eof = got < want || (st.st_size > 0 && *offset + static_cast<int64_t>(got) >= st.st_size);
+  return Reply{{{"ok", true}, {"size", static_cast<int64_t>(st.st_size)}, {"eof", eof}},
+               std::move(body)};
+}
+
+Result<Reply> FileService::Write(const Json& req, std::string_view body) {
+  auto path = PathField(req, "path");
+  if (!path) return tl::unexpected(path.error());
+  if (*path == "/") return Fail(Errc::kInvalidArgument, "write /: is a directory");
+  auto offset = IntField(req, "offset", 0, 0, INT64_MAX - kMaxPayload);
+  if (!offset) return tl::unexpected(offset.error());
+  auto mode = IntField(req, "mode", 0644, 0, 07777);
+  if (!mode) return tl::unexpected(mode.error());
+  auto truncate = BoolField(req, "truncate");
+  if (!truncate) return tl::unexpected(truncate.error());
+  auto parents = BoolField(req, "create_parents");
+  if (!parents) return tl::unexpected(parents.error());
+  if (*parents) {
+    size_t slash = path->rfind('/');
+    SPACE_TRY(MkdirAll(slash == 0 ? "/" : path->substr(0, slash), 0755));
+  }
+  auto fd = Resolve(*path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY, static_cast<mode_t>(*mode));
+  if (!fd) return tl::unexpected(fd.error());
+  struct stat st;
+  if (::fstat(fd->get(), &st) < 0) return ErrnoFail("stat " + *path);
+  if (!S_ISREG(st.st_mode))
+    return Fail(Errc::kInvalidArgument, "write " + *path + ": not a regular file");
+  if (*truncate && ::ftruncate(fd->get(), 0) < 0) return ErrnoFail("truncate " + *path);
+  size_t done = 0;
+  while (done < body.size()) {
+    ssize_t n = ::pwrite(fd->get(), body.data() + done, body.size() - done,
+                         *offset + static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoFail("write " + *path);
+    done += static_cast<size_t>(n);
+  }
+  if (::fstat(fd->get(), &st) < 0) return ErrnoFail("stat " + *path);
+  return Reply{{{"ok", true}, {"size", static_cast<int64_t>(st.st_size)}}, {}};
+}
+
+Result<Reply> FileService::Mkdir(const Json& req) {
+  auto path = PathField(req, "path");
+  if (!path) return tl::unexpected(path.error());
+  auto parents = BoolField(req, "parents");
+  if (!parents) return tl::unexpected(parents.error());
+  auto mode = IntField(req, "mode", 0755, 0, 07777);
+  if (!mode) return tl::unexpected(mode.error());
+  if (*parents) {
+    SPACE_TRY(MkdirAll(*path, static_cast<mode_t>(*mode)));
+  } else {
+    if (*path == "/") return Fail(Errc::kConflict, "mkdir /: exists");
+    auto parent = ResolveParent(*path);
+    if (!parent) return tl::unexpected(parent.error());
+    if (::mkdirat(parent->first.get(), parent->second.c_str(), static_cast<mode_t>(*mode)) < 0)
+      return ErrnoFail("mkdir " + *path);
+  }
+  return Reply{{{"ok", true}}, {}};
+}
+
+Result<Reply> FileService::Remove(const Json& req) {
+  auto path = PathField(req, "path");
+  if (!path) return tl::unexpected(path.error());
+  if (*path == "/") return Fail(Errc::kInvalidArgument, "refusing to remove /");
+  auto recursive = BoolField(req, "recursive");
+  if (!recursive) return tl::unexpected(recursive.error());
+  auto parent = ResolveParent(*path);
+  if (!parent) return tl::unexpected(parent.error());
+  int pfd = parent->first.get();
+  const std::string& name = parent->second;
+  struct stat st;
+  if (::fstatat(pfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0)
+    return ErrnoFail("remove " + *path);
+  if (S_ISDIR(st.st_mode)) {
+    if (*recursive) {
+      struct stat pst;
+      if (::fstat(pfd, &pst) < 0) return ErrnoFail("stat parent of " + *path);
+      // The tree must live on the filesystem of its parent: a mount point is not ours
+      // to empty (e.g. the bind-mounted agent socket directory).
+      if (pst.st_dev != st.st_dev)
+        return Fail(Errc::kConflict, "remove " + *path + ": is a mount point");
+      SPACE_TRY(RemoveTree(pfd, name, st.st_dev, *path));
+    } else if (::unlinkat(pfd, name.c_str(), AT_REMOVEDIR) < 0) {
+      return ErrnoFail("remove " + *path);
+    }
+  } else if (::unlinkat(pfd, name.c_str(), 0) < 0) {
+    return ErrnoFail("remove " + *path);
+  }
+  return Reply{{{"ok", true}}, {}};
+}
+
+Result<Reply> FileService::Rename(const Json& req) {
+  auto from = PathField(req, "from");
+  if (!from) return tl::unexpected(from.error());
+  auto to = PathField(req, "to");
+  if (!to) return tl::unexpected(to.error());
+  if (*from == "/" || *to == "/") return Fail(Errc::kInvalidArgument, "cannot rename /");
+  auto fp = ResolveParent(*from);
+  if (!fp) return tl::unexpected(fp.error());
+  auto tp = ResolveParent(*to);
+  if (!tp) return tl::unexpected(tp.error());
+  if (::renameat(fp->first.get(), fp->second.c_str(), tp->first.get(), tp->second.c_str()) < 0)
+    return ErrnoFail("rename " + *from + " to " + *to);
+  return Reply{{{"ok", true}}, {}};
+}
+
+}  // namespace space::agent
