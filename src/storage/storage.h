@@ -3,39 +3,94 @@
 // Drivers: "btrfs" (subvolumes and snapshots; loop-backed pool image when the data dir is
 // not on btrfs) and "overlay" (overlayfs; fallback). A template is imported once into a
 // read-only layer keyed by its digest; each sandbox root is a writable copy-on-write view
-// of one layer. All state is on disk under the data dir; Open() re-attaches to it after a
-// restart (re-mounting the pool if needed). Thread-safe.
+// of one layer. All state is on disk under `DATA/storage/`; Open() re-attaches to it after
+// a daemon restart (reusing what is mounted) or a reboot (mounting it again).
+//
+// Mount propagation: Open() makes `DATA/storage` a bind mount of itself with rshared
+// propagation before mounting anything inside it, so that mounts made later under it (the
+// btrfs pool, overlay roots) propagate into mount namespaces created as slaves of the host
+// (the OCI runtime runs crun in one).
+//
+// Ownership: a Driver owns no kernel objects in memory (no fds, no mounts in RAII guards);
+// everything it mounts stays mounted when it is destroyed. Use Teardown() to unmount.
+// Thread-safety: all methods may be called concurrently. Concurrent calls for the same
+// name are resolved by the filesystem: one wins, the other gets kConflict.
+//
+// Names (layer digests, root ids) must match [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/common.h"
 
 namespace space::storage {
 
+// Containers map root inside to this host uid (and gid), with 65536 ids; layers are
+// imported with their owners shifted by it so that files look root-owned inside.
+inline constexpr uint32_t kDefaultUidShift = 1000000;
+
+struct OpenOptions {
+  // Size of the sparse btrfs pool image created when the data dir is not on btrfs.
+  // 0: $SPACE_POOL_SIZE ("68719476736", "64G", "512M"), else 64 GiB. Only used when the
+  // image is first created; an existing image is never resized.
+  uint64_t pool_bytes = 0;
+};
+
 class Driver {
  public:
   virtual ~Driver() = default;
-  // "auto" picks btrfs when it works here, else overlay. `data_dir` is absolute.
+
+  // Opens (creating on first use) the storage under `data_dir` (absolute). `kind`:
+  // "btrfs", "overlay" or "auto". "auto" reuses the driver recorded in
+  // DATA/storage/driver by an earlier Open, else picks btrfs when it works here, else
+  // overlay. Idempotent: already-mounted pools/binds are reused. Blocks (mkfs, mount).
+  // Removes leftovers of imports/deletes interrupted by a crash.
   [[nodiscard]] static Result<std::unique_ptr<Driver>> Open(const std::string& data_dir,
-                                                            const std::string& kind = "auto");
+                                                            const std::string& kind = "auto",
+                                                            const OpenOptions& opts = {});
+
+  // Unmounts everything the drivers mounted under DATA/storage (overlay roots, the btrfs
+  // pool, which frees its loop device, and the DATA/storage bind mount). Deletes no data;
+  // a later Open() mounts it all again. Busy mounts are detached lazily (MNT_DETACH).
+  // Drivers opened on `data_dir` must not be used afterwards. Ok if nothing is mounted.
+  [[nodiscard]] static Status Teardown(const std::string& data_dir);
+
   virtual std::string_view Name() const = 0;
 
-  // Copies the tree at `src_dir` into a new read-only layer named `digest`
-  // (a sha256 hex string). kConflict if it exists.
-  [[nodiscard]] virtual Status ImportLayer(const std::string& digest, const std::string& src_dir) = 0;
+  // Copies the tree at `src_dir` into a new read-only layer named `digest` (a sha256 hex
+  // string). Modes, symlinks, hard links, device nodes, timestamps and ownership are kept
+  // (xattrs, ACLs and file capabilities are not); every inode's uid and gid get
+  // `uid_shift` added (0: unchanged). Atomic: a crash never leaves a partial layer under
+  // `digest`. kConflict if it exists; kInvalidArgument for a bad name or a shifted id
+  // that overflows. Blocks for the duration of the copy.
+  [[nodiscard]] virtual Status ImportLayer(const std::string& digest, const std::string& src_dir,
+                                           uint32_t uid_shift) = 0;
   virtual bool HasLayer(const std::string& digest) const = 0;
+  // Digests of every layer present.
+  virtual std::vector<std::string> ListLayers() const = 0;
+  // Removes a layer; ok if missing. btrfs: roots made from it stay valid (they are
+  // independent snapshots). overlay: kConflict while a root still uses it.
   [[nodiscard]] virtual Status DeleteLayer(const std::string& digest) = 0;
 
   // Creates the writable root of sandbox `id` from layer `digest`; returns its absolute
-  // path (a directory usable as an OCI root.path). quota_bytes 0 = none.
-  [[nodiscard]] virtual Result<std::string> CreateRoot(const std::string& id, const std::string& digest,
+  // path (a directory usable as an OCI root.path). kNotFound if the layer is missing,
+  // kConflict if the root exists. quota_bytes > 0 limits the bytes the sandbox may write
+  // (btrfs: qgroup limit on exclusive bytes; writes past it fail with EDQUOT). overlay
+  // cannot enforce quotas: the limit is logged and ignored. 0 = no quota.
+  [[nodiscard]] virtual Result<std::string> CreateRoot(const std::string& id,
+                                                       const std::string& digest,
                                                        int64_t quota_bytes) = 0;
-  // Path of an existing root ("" if missing).
+  // Path of an existing root ("" if missing). Does not mount: see Remount().
   virtual std::string RootPath(const std::string& id) const = 0;
-  // Removes the root; ok if missing.
+  // Makes an existing root usable again after a reboot: overlay mounts it if it is not
+  // mounted; btrfs has nothing to do. Cheap when already mounted. kNotFound if missing.
+  [[nodiscard]] virtual Status Remount(const std::string& id) = 0;
+  // Removes the root (and, on btrfs, any subvolumes the sandbox created inside it, and
+  // its qgroup); ok if missing. Must not be called while a sandbox still runs in it.
   [[nodiscard]] virtual Status DeleteRoot(const std::string& id) = 0;
   // Ids of every sandbox root present (for orphan cleanup).
   virtual std::vector<std::string> ListRoots() const = 0;
