@@ -1,1 +1,158 @@
-// placeholder
+// OutputLog: append-only per-command output files. See store.h for the contract.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "store/store.h"
+
+namespace space::store {
+namespace {
+
+// The id becomes a file name under `dir`, so it must not be able to name anything else.
+Status ValidateCommandId(const std::string& id) {
+  if (id.empty()) return Fail(Errc::kInvalidArgument, "command id is empty");
+  if (id.find('/') != std::string::npos || id.find('\0') != std::string::npos ||
+      id.find("..") != std::string::npos || id == ".") {
+    return Fail(Errc::kInvalidArgument, "invalid command id \"" + id + "\"");
+  }
+  return Ok();
+}
+
+// Index into OutputLog's per-stream arrays, or -1 for a value outside the enum.
+int StreamIndex(OutputStream s) {
+  switch (s) {
+    case OutputStream::kStdout:
+      return 0;
+    case OutputStream::kStderr:
+      return 1;
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::string_view OutputStreamName(OutputStream s) {
+  switch (s) {
+    case OutputStream::kStdout:
+      return "stdout";
+    case OutputStream::kStderr:
+      return "stderr";
+  }
+  return "unknown";
+}
+
+std::string OutputPath(const std::string& dir, const std::string& command_id, OutputStream s) {
+  std::string path = dir;
+  path += '/';
+  path += command_id;
+  path += '.';
+  path += OutputStreamName(s);
+  return path;
+}
+
+Result<std::unique_ptr<OutputLog>> OutputLog::Open(const std::string& dir,
+                                                   const std::string& command_id) {
+  const std::string ctx = "open output log " + command_id;
+  SPACE_TRY_WRAP(ValidateCommandId(command_id), ctx);
+  SPACE_TRY_WRAP(sys::MkdirAll(dir, 0700), ctx);
+  auto log = std::make_unique<OutputLog>();
+  for (OutputStream s : {OutputStream::kStdout, OutputStream::kStderr}) {
+    int i = StreamIndex(s);
+    auto fd = sys::Open(OutputPath(dir, command_id, s), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (!fd) return tl::unexpected(std::move(fd).error().Wrap(ctx));
+    // The size on disk is where this stream continues, including after a daemon restart.
+    struct stat st;
+    if (::fstat(fd->get(), &st) != 0) return ErrnoFail(ctx + ": fstat");
+    log->fds_[i] = std::move(*fd);
+    log->sizes_[i] = static_cast<uint64_t>(st.st_size);
+  }
+  return log;
+}
+
+Result<uint64_t> OutputLog::Append(OutputStream s, uint64_t offset, std::string_view bytes) {
+  int i = StreamIndex(s);
+  if (i < 0) return Fail(Errc::kInvalidArgument, "append output: invalid stream");
+  const std::string_view name = OutputStreamName(s);
+  uint64_t& size = sizes_[i];
+  if (offset > size) {
+    return Fail(Errc::kInvalidArgument, "append " + std::string(name) + ": gap: chunk at offset " +
+                                            std::to_string(offset) + " but log ends at " +
+                                            std::to_string(size));
+  }
+  // Bytes below `size` are already stored (a retransmission after a reconnect).
+  uint64_t skip = size - offset;
+  if (skip >= bytes.size()) return size;
+  bytes.remove_prefix(static_cast<size_t>(skip));
+  auto w = sys::WriteAll(fds_[i].get(), bytes);
+  if (!w) {
+    // A failed write may still have stored part of the chunk (e.g. ENOSPC midway): take
+    // the size from the file so the next Append (a retransmission) continues correctly.
+    struct stat st;
+    if (::fstat(fds_[i].get(), &st) == 0) size = static_cast<uint64_t>(st.st_size);
+    return tl::unexpected(std::move(w).error().Wrap("append " + std::string(name)));
+  }
+  size += bytes.size();
+  return size;
+}
+
+uint64_t OutputLog::Size(OutputStream s) const {
+  int i = StreamIndex(s);
+  return i < 0 ? 0 : sizes_[i];
+}
+
+Status OutputLog::Sync() {
+  for (OutputStream s : {OutputStream::kStdout, OutputStream::kStderr}) {
+    const auto& fd = fds_[StreamIndex(s)];
+    if (fd.valid() && ::fdatasync(fd.get()) != 0) {
+      return ErrnoFail("fdatasync " + std::string(OutputStreamName(s)));
+    }
+  }
+  return Ok();
+}
+
+Result<std::string> ReadOutput(const std::string& dir, const std::string& command_id,
+                               OutputStream s, uint64_t offset, size_t max) {
+  const std::string ctx = "read output " + command_id;
+  SPACE_TRY_WRAP(ValidateCommandId(command_id), ctx);
+  if (StreamIndex(s) < 0) return Fail(Errc::kInvalidArgument, ctx + ": invalid stream");
+  const std::string path = OutputPath(dir, command_id, s);
+  int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (raw < 0) {
+    if (errno == ENOENT) return std::string();
+    return ErrnoFail(ctx + ": open " + path);
+  }
+  sys::UniqueFd fd(raw);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoFail(ctx + ": fstat " + path);
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (offset >= size || max == 0) return std::string();
+  // Size the buffer from the file, not from `max` (which may be huge). The writer may
+  // append meanwhile; bytes beyond the fstat size are left for the next read.
+  size_t want = static_cast<size_t>(std::min<uint64_t>(max, size - offset));
+  std::string out(want, '\0');
+  size_t got = 0;
+  while (got < want) {
+    ssize_t n = ::pread(fd.get(), out.data() + got, want - got, static_cast<off_t>(offset + got));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoFail(ctx + ": pread " + path);
+    }
+    if (n == 0) break;  // truncated under us; return what there is
+    got += static_cast<size_t>(n);
+  }
+  out.resize(got);
+  return out;
+}
+
+uint64_t OutputSize(const std::string& dir, const std::string& command_id, OutputStream s) {
+  if (!ValidateCommandId(command_id) || StreamIndex(s) < 0) return 0;
+  struct stat st;
+  if (::stat(OutputPath(dir, command_id, s).c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_size);
+}
+
+}  // namespace space::store

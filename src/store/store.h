@@ -82,15 +82,19 @@ class Store {
   [[nodiscard]] static Result<std::unique_ptr<Store>> Open(const std::string& path);
   ~Store();
 
-  [[nodiscard]] Status PutSandbox(const SandboxRecord& r);          // insert or replace
+  // Insert or update (an upsert: an update never touches the sandbox's commands).
+  // next_stream never moves backwards: a stale record cannot re-issue a stream id.
+  [[nodiscard]] Status PutSandbox(const SandboxRecord& r);
   [[nodiscard]] Result<SandboxRecord> GetSandbox(const std::string& id);   // kNotFound
   [[nodiscard]] Result<std::vector<SandboxRecord>> ListSandboxes();        // by created_ms
   [[nodiscard]] Status DeleteSandbox(const std::string& id);        // also its commands; ok if missing
   // Atomically returns next_stream and increments it.
   [[nodiscard]] Result<uint32_t> AllocateStream(const std::string& sandbox_id);
 
+  // Insert or update; kConflict when r.sandbox_id names no sandbox (foreign key).
   [[nodiscard]] Status PutCommand(const CommandRecord& r);
   [[nodiscard]] Result<CommandRecord> GetCommand(const std::string& sandbox_id, const std::string& id);
+  // In stream order (= creation order).
   [[nodiscard]] Result<std::vector<CommandRecord>> ListCommands(const std::string& sandbox_id);
 
   [[nodiscard]] Status PutOperation(const OperationRecord& r);
