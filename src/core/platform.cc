@@ -660,6 +660,9 @@ Status Platform::Recover() {
       SPACE_TRY(impl.SaveSandbox(*sb));
     } else if (rec.state == "running" || rec.state == "paused") {
       SPACE_TRY(impl.LoadLiveCommands(*sb));
+      // After a reboot an overlay root is no longer mounted (no-op on btrfs).
+      if (auto st = impl.storage->Remount(rec.id); !st)
+        spdlog::warn("recovery: sandbox {}: remount root: {}", rec.id, st.error().message);
       auto state = rt->Inspect(rec.id);
       bool alive = state && (*state == runtime::InstanceState::kRunning ||
                              *state == runtime::InstanceState::kPaused);

@@ -89,7 +89,7 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mo
 
 ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
   if (this != &o) {
-    this->~ChildProcess();
+    ChildProcess old(pid_);  // kills and reaps what this held
     pid_ = o.Release();
   }
   return *this;
@@ -274,7 +274,7 @@ Result<TempDir> TempDir::Create(const std::string& parent, const std::string& pr
 
 TempDir& TempDir::operator=(TempDir&& o) noexcept {
   if (this != &o) {
-    this->~TempDir();
+    if (!path_.empty()) (void)RemoveAll(path_);
     path_ = std::move(o.path_);
     o.path_.clear();
   }

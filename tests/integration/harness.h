@@ -50,6 +50,8 @@ class Daemon {
     auto t = sys::TempDir::Create("/tmp", "space-it-");
     if (!t) throw std::runtime_error(t.error().message);
     dir_ = std::move(*t);
+    // The sandboxes' unprivileged root must be able to traverse down to the data dir.
+    ::chmod(dir_.path().c_str(), 0711);
     data_dir_ = dir_.path() + "/data";
   }
   ~Daemon() { Cleanup(); }
@@ -66,6 +68,11 @@ class Daemon {
     std::vector<std::string> argv = {BinDir() + "/spaced", "--listen", "127.0.0.1:0",
                                      "--data-dir", data_dir_, "--log-level", "warn"};
     argv.insert(argv.end(), extra_.begin(), extra_.end());
+    // Sanitizer builds have no static agent of their own.
+    if (const char* agent = std::getenv("SPACE_TEST_AGENT"); agent && *agent) {
+      argv.push_back("--agent-binary");
+      argv.push_back(agent);
+    }
     (void)sys::RemoveAll(data_dir_ + "/url");
     std::string log = dir_.path() + "/spaced.log";
     auto fd = sys::Open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -125,6 +132,12 @@ class Daemon {
   void Cleanup() {
     if (cleaned_) return;
     cleaned_ = true;
+    if (::testing::UnitTest::GetInstance()->failed_test_count() > 0 ||
+        ::testing::Test::HasFailure()) {
+      std::string log = Log();
+      if (log.size() > 6000) log = "..." + log.substr(log.size() - 6000);
+      std::fprintf(stderr, "---- spaced log (%s) ----\n%s\n----\n", data_dir_.c_str(), log.c_str());
+    }
     if (client_ && child_.pid() > 0) {
       if (auto list = client_->ListSandboxes(); list && list->is_array()) {
         for (const auto& sb : *list) {
@@ -138,6 +151,7 @@ class Daemon {
     runtime::OciOptions o;
     o.state_dir = data_dir_ + "/runtime/oci";
     o.agent_binary = BinDir() + "/space-agent";
+    if (const char* agent = std::getenv("SPACE_TEST_AGENT"); agent && *agent) o.agent_binary = agent;
     if (sys::Exists(o.state_dir)) {
       if (auto rt = runtime::CreateOciRuntime(o)) {
         if (auto ids = (*rt)->List()) {

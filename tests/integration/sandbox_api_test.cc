@@ -57,8 +57,12 @@ TEST_F(SandboxApiTest, SandboxIsListedAndFilteredByLabel) {
   ASSERT_TRUE(list);
   ASSERT_EQ(list->size(), 1u);
   EXPECT_EQ((*list)[0]["id"], sandbox_);
-  EXPECT_TRUE(c().ListSandboxes({{"suite", "other"}})->empty());
-  EXPECT_EQ(c().ListSandboxes({}, "running")->size(), 1u);
+  auto other = c().ListSandboxes({{"suite", "other"}});
+  ASSERT_TRUE(other) << other.error().message;
+  EXPECT_TRUE(other->empty()) << other->dump();
+  auto running = c().ListSandboxes({}, "running");
+  ASSERT_TRUE(running) << running.error().message;
+  EXPECT_EQ(running->size(), 1u);
 }
 
 TEST_F(SandboxApiTest, EchoWithExitCodeAndSeparateStreams) {

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Starts a private spaced on a free port with a temporary data dir, runs space_bench
+# against it, and cleans up. Usage: bench/run.sh [space_bench args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=build/bin
+DIR=$(mktemp -d /tmp/space-bench-XXXXXX)
+chmod 711 "$DIR"
+cleanup() {
+  if [ -n "${PID:-}" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+  # Remove every sandbox the run may have left, then the pool.
+  if [ -d "$DIR/data/runtime/oci/crun" ]; then
+    for id in $(ls "$DIR/data/runtime/oci/crun" 2>/dev/null); do
+      nsenter --mount="$DIR/data/runtime/oci/ns/mnt" crun --root "$DIR/data/runtime/oci/crun" delete -f "$id" 2>/dev/null || true
+    done
+  fi
+  grep " $DIR" /proc/self/mountinfo | awk '{print $5}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+$BIN/spaced --listen 127.0.0.1:0 --data-dir "$DIR/data" --log-level warn >"$DIR/spaced.log" 2>&1 &
+PID=$!
+for _ in $(seq 1 300); do [ -s "$DIR/data/url" ] && break; sleep 0.1; done
+URL=$(cat "$DIR/data/url")
+KEY=$(cat "$DIR/data/api-key")
+echo "# space_bench $(date -u +%FT%TZ) on $(nproc) cores; spaced at $URL"
+$BIN/space_bench --url "$URL" --key "$KEY" --data-dir "$DIR/data" "$@"

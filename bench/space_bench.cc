@@ -1,0 +1,198 @@
+// space_bench: end-to-end figures of a running spaced, each beside a baseline measured in
+// the same run on the same machine (these machines are shared and noisy: read the ratios).
+//
+//   create -> first output of `echo`   vs  bare `crun run -d` -> first output, same rootfs
+//   command round trip (`true`)        vs  bare fork+exec+wait of /bin/true
+//   output throughput of one command (head -c 1G /dev/zero), end to end over HTTP
+//
+// Usage: space_bench --url URL --key KEY --data-dir DIR [--n 30] [--bytes 1073741824]
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "cli/client.h"
+#include "sys/sys.h"
+
+using namespace space;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+struct Stats {
+  double p50 = 0, p99 = 0, mean = 0;
+};
+Stats Summarize(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.p50 = v[v.size() / 2];
+  s.p99 = v[std::min(v.size() - 1, static_cast<size_t>(v.size() * 0.99))];
+  for (double x : v) s.mean += x;
+  s.mean /= v.size();
+  return s;
+}
+
+void Print(const char* what, const Stats& s, const Stats& base) {
+  std::printf("%-34s p50 %8.2f ms  p99 %8.2f ms   | baseline p50 %8.2f ms  p99 %8.2f ms | ratio p50 %.2fx\n",
+              what, s.p50, s.p99, base.p50, base.p99, base.p50 > 0 ? s.p50 / base.p50 : 0);
+}
+
+// Bare crun: a bundle whose process is `echo hi` on the same busybox rootfs, run detached
+// in spaced's own runtime mount namespace; time until the first byte arrives on a pipe.
+Result<double> BareCrunOnce(const std::string& ns, const std::string& bundle, int i) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoFail("pipe");
+  sys::UniqueFd r(p[0]), w(p[1]);
+  std::string id = "bench-bare-" + std::to_string(::getpid()) + "-" + std::to_string(i);
+  auto t0 = Clock::now();
+  auto child = sys::Spawn({.argv = {"nsenter", "--mount=" + ns, "crun", "--root", "/run/space-bench-crun",
+                                    "run", "-d", "--bundle", bundle, id},
+                           .stdout_fd = w.get(), .stderr_fd = w.get()});
+  if (!child) return tl::unexpected(child.error());
+  w.Reset();
+  char c;
+  ssize_t n = ::read(r.get(), &c, 1);
+  auto t1 = Clock::now();
+  (void)child->Wait();
+  (void)sys::Run({.argv = {"nsenter", "--mount=" + ns, "crun", "--root", "/run/space-bench-crun",
+                           "delete", "-f", id}});
+  if (n != 1) return Fail(Errc::kInternal, "bare crun produced no output");
+  return Ms(t1 - t0);
+}
+
+Result<std::string> MakeBareBundle(const std::string& dir, const std::string& rootfs) {
+  SPACE_TRY(sys::MkdirAll(dir));
+  auto spec = sys::RunChecked({.argv = {"crun", "spec"}, .cwd = dir});
+  if (!spec) return tl::unexpected(spec.error());
+  auto text = sys::ReadFile(dir + "/config.json");
+  if (!text) return tl::unexpected(text.error());
+  auto j = ParseJson(*text);
+  if (!j) return Fail(Errc::kInternal, "crun spec: bad JSON");
+  (*j)["root"] = {{"path", rootfs}, {"readonly", true}};
+  (*j)["process"]["args"] = {"/bin/echo", "hi"};
+  (*j)["process"]["terminal"] = false;
+  (*j)["linux"]["cgroupsPath"] = "/space-bench/bare";
+  SPACE_TRY(sys::WriteFileAtomic(dir + "/config.json", j->dump()));
+  return dir;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"space_bench"};
+  std::string url, key, data_dir;
+  int n = 30;
+  int64_t bytes = 1ll << 30;
+  app.add_option("--url", url)->required();
+  app.add_option("--key", key)->required();
+  app.add_option("--data-dir", data_dir)->required();
+  app.add_option("--n", n);
+  app.add_option("--bytes", bytes);
+  CLI11_PARSE(app, argc, argv);
+  client::Client c(url, key);
+  if (!c.Health()) {
+    std::fprintf(stderr, "spaced is not answering at %s\n", url.c_str());
+    return 1;
+  }
+
+  // ---- create -> first output
+  std::vector<double> create_ms;
+  for (int i = 0; i < n; ++i) {
+    auto t0 = Clock::now();
+    auto sb = c.CreateSandbox(Json::object(), std::chrono::seconds(60));
+    if (!sb) {
+      std::fprintf(stderr, "create: %s\n", sb.error().message.c_str());
+      return 1;
+    }
+    std::string id = (*sb)["sandbox"]["id"];
+    auto cmd = c.StartCommand(id, {{"argv", {"echo", "hi"}}});
+    if (!cmd) return 1;
+    client::MuxOffsets off;
+    bool got = false;
+    (void)c.StreamMux(id, (*cmd)["id"].get<std::string>(), off,
+                      [&](client::MuxKind k, std::string_view) {
+                        if (k == client::MuxKind::kStdout) got = true;
+                        return !got;
+                      });
+    auto t1 = Clock::now();
+    create_ms.push_back(Ms(t1 - t0));
+    (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
+  }
+  // Baseline: bare crun on a rootfs taken from a sandbox of the same template.
+  std::vector<double> bare_ms;
+  {
+    auto sb = c.CreateSandboxAndWait(Json::object(), std::chrono::seconds(60));
+    if (!sb) return 1;
+    std::string id = (*sb)["id"];
+    std::string rootfs = data_dir + "/storage/pool/roots/" + id;
+    auto tmp = sys::TempDir::Create("/tmp", "space-bench-");
+    auto bundle = MakeBareBundle(tmp->path() + "/bundle", rootfs);
+    std::string ns = data_dir + "/runtime/oci/ns/mnt";
+    if (!bundle) {
+      std::fprintf(stderr, "bundle: %s\n", bundle.error().message.c_str());
+    } else {
+      for (int i = 0; i < n; ++i) {
+        auto ms = BareCrunOnce(sys::Exists(ns) ? ns : "/proc/self/ns/mnt", *bundle, i);
+        if (!ms) {
+          std::fprintf(stderr, "bare crun: %s\n", ms.error().message.c_str());
+          break;
+        }
+        bare_ms.push_back(*ms);
+      }
+    }
+    (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
+  }
+  Print("create -> first output (cold)", Summarize(create_ms), Summarize(bare_ms));
+
+  // ---- command round trip
+  auto sb = c.CreateSandboxAndWait(Json::object(), std::chrono::seconds(60));
+  if (!sb) return 1;
+  std::string id = (*sb)["id"];
+  std::vector<double> rt_ms, fork_ms;
+  for (int i = 0; i < n * 10; ++i) {
+    auto t0 = Clock::now();
+    auto cmd = c.StartCommand(id, {{"argv", {"true"}}});
+    if (!cmd) return 1;
+    auto done = c.GetCommand(id, (*cmd)["id"].get<std::string>(), std::chrono::seconds(30));
+    auto t1 = Clock::now();
+    if (!done || (*done)["state"] != "exited") return 1;
+    rt_ms.push_back(Ms(t1 - t0));
+  }
+  for (int i = 0; i < n * 10; ++i) {
+    auto t0 = Clock::now();
+    pid_t pid;
+    char* args[] = {const_cast<char*>("/bin/true"), nullptr};
+    if (posix_spawn(&pid, "/bin/true", nullptr, nullptr, args, environ) != 0) return 1;
+    int st;
+    waitpid(pid, &st, 0);
+    fork_ms.push_back(Ms(Clock::now() - t0));
+  }
+  Print("command round trip (true)", Summarize(rt_ms), Summarize(fork_ms));
+
+  // ---- output throughput
+  auto cmd = c.StartCommand(id, {{"cmd", "head -c " + std::to_string(bytes) + " /dev/zero"}});
+  if (!cmd) return 1;
+  client::MuxOffsets off;
+  uint64_t got = 0;
+  auto t0 = Clock::now();
+  auto fin = c.FollowOutput(id, (*cmd)["id"].get<std::string>(), off,
+                            [&](client::MuxKind k, std::string_view b) {
+                              if (k == client::MuxKind::kStdout) got += b.size();
+                              return true;
+                            });
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf("%-34s %lld bytes in %.2f s = %.0f MB/s, complete: %s\n",
+              "output throughput (1 command)", static_cast<long long>(got), secs, got / secs / 1e6,
+              got == static_cast<uint64_t>(bytes) && fin ? "yes" : "NO");
+  (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
+  return got == static_cast<uint64_t>(bytes) ? 0 : 1;
+}

@@ -1,0 +1,142 @@
+// The `space` CLI against a real spaced: the fixed points of its interface.
+#include "tests/integration/harness.h"
+
+namespace space::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string why;
+    if (!CanRunSandboxes(&why)) return;
+    daemon_ = new Daemon();
+    if (!daemon_->Start()) return;
+  }
+  static void TearDownTestSuite() {
+    delete daemon_;
+    daemon_ = nullptr;
+  }
+  void SetUp() override {
+    SPACE_REQUIRE_SANDBOXES();
+    ASSERT_NE(daemon_, nullptr);
+  }
+  // Runs `space ARGS...` with SPACE_URL/SPACE_API_KEY set (or only the data dir).
+  sys::RunResult Space(std::vector<std::string> args, bool via_env = true,
+                       const std::string& stdin_path = "") {
+    std::vector<std::string> argv = {BinDir() + "/space"};
+    std::vector<std::string> env = {"PATH=/usr/bin:/bin", "HOME=/root"};
+    if (via_env) {
+      env.push_back("SPACE_URL=" + daemon_->url());
+      env.push_back("SPACE_API_KEY=" + daemon_->api_key());
+    } else {
+      env.push_back("SPACE_DATA_DIR=" + daemon_->data_dir());
+    }
+    argv.insert(argv.end(), args.begin(), args.end());
+    sys::UniqueFd in;
+    if (!stdin_path.empty()) in = std::move(*sys::Open(stdin_path, O_RDONLY));
+    auto r = sys::Run({.argv = argv, .env = env, .stdin_fd = in ? in.get() : -1}, 120000);
+    EXPECT_TRUE(r) << (r ? "" : r.error().message);
+    return r ? *r : sys::RunResult{};
+  }
+  static Daemon* daemon_;
+};
+Daemon* CliTest::daemon_ = nullptr;
+
+std::string Trim(std::string s) { return Daemon::Trim(std::move(s)); }
+
+TEST_F(CliTest, CreateExecLsCpLogsRm) {
+  auto created = Space({"create"});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  std::string id = Trim(created.out);
+  ASSERT_TRUE(IsValidId(id, "sb")) << "create must print the id alone: [" << created.out << "]";
+
+  // exec passes stdout and stderr through and exits with the command's code.
+  auto ex = Space({"exec", id, "--", "sh", "-c", "echo to-out; echo to-err >&2; exit 3"});
+  EXPECT_EQ(ex.exit_code, 3);
+  EXPECT_EQ(ex.out, "to-out\n");
+  EXPECT_EQ(ex.err, "to-err\n");
+  auto ok = Space({"exec", id, "--", "echo", "hello", "world"});
+  EXPECT_EQ(ok.exit_code, 0);
+  EXPECT_EQ(ok.out, "hello world\n");
+
+  // The data dir fallback works too.
+  auto viadir = Space({"exec", id, "--", "true"}, /*via_env=*/false);
+  EXPECT_EQ(viadir.exit_code, 0) << viadir.err;
+
+  // ls --json is an array of sandboxes with id and state.
+  auto ls = Space({"ls", "--json"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  auto arr = ParseJson(ls.out);
+  ASSERT_TRUE(arr && arr->is_array()) << ls.out;
+  bool found = false;
+  for (const auto& s : *arr) {
+    if (s["id"] == id) {
+      found = true;
+      EXPECT_EQ(s["state"], "running");
+    }
+  }
+  EXPECT_TRUE(found);
+
+  // cp both ways, byte for byte.
+  auto tmp = sys::TempDir::Create();
+  ASSERT_TRUE(tmp);
+  std::string payload;
+  for (int i = 0; i < 200000; ++i) payload += static_cast<char>(i * 7);
+  ASSERT_TRUE(sys::WriteFileAtomic(tmp->path() + "/up.bin", payload));
+  auto up = Space({"cp", tmp->path() + "/up.bin", id + ":/root/up.bin"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  auto down = Space({"cp", id + ":/root/up.bin", tmp->path() + "/down.bin"});
+  ASSERT_EQ(down.exit_code, 0) << down.err;
+  EXPECT_TRUE(*sys::ReadFile(tmp->path() + "/down.bin") == payload);
+  auto inside = Space({"exec", id, "--", "wc", "-c", "/root/up.bin"});
+  EXPECT_EQ(inside.out, "200000 /root/up.bin\n");
+
+  // logs replays a command's stored output.
+  auto cmds = daemon_->client().ListCommands(id);
+  ASSERT_TRUE(cmds && !cmds->empty());
+  std::string first_cid = (*cmds)[0]["id"];
+  auto logs = Space({"logs", id, first_cid});
+  EXPECT_EQ(logs.exit_code, 0) << logs.err;
+  EXPECT_EQ(logs.out, "to-out\n");
+
+  // ops lists operations as JSON.
+  auto ops = Space({"ops", "--json"});
+  ASSERT_EQ(ops.exit_code, 0);
+  auto opj = ParseJson(ops.out);
+  ASSERT_TRUE(opj && opj->is_array() && !opj->empty()) << ops.out;
+
+  // exec with stdin.
+  ASSERT_TRUE(sys::WriteFileAtomic(tmp->path() + "/in.txt", "piped input\n"));
+  auto withstdin = Space({"exec", "-i", id, "--", "cat"}, true, tmp->path() + "/in.txt");
+  EXPECT_EQ(withstdin.exit_code, 0) << withstdin.err;
+  EXPECT_EQ(withstdin.out, "piped input\n");
+
+  // rm removes it.
+  auto rm = Space({"rm", id});
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  auto gone = daemon_->client().GetSandbox(id);
+  ASSERT_FALSE(gone);
+  EXPECT_EQ(gone.error().code, Errc::kNotFound);
+}
+
+TEST_F(CliTest, ErrorsAreClear) {
+  auto bad = Space({"exec", "sb-aaaaaaaaaaaaaaaa", "--", "true"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("space:"), std::string::npos) << bad.err;
+  auto tmpl = Space({"create", "--template", "missing:v1"});
+  EXPECT_NE(tmpl.exit_code, 0);
+  EXPECT_NE(tmpl.err.find("missing"), std::string::npos) << tmpl.err;
+  auto usage = Space({"frobnicate"});
+  EXPECT_NE(usage.exit_code, 0);
+  std::vector<std::string> argv = {BinDir() + "/space", "ls"};
+  auto down = sys::Run({.argv = argv, .env = std::vector<std::string>{"SPACE_URL=http://127.0.0.1:1",
+                                                                     "SPACE_API_KEY=x"}});
+  ASSERT_TRUE(down);
+  EXPECT_NE(down->exit_code, 0);
+  EXPECT_NE(down->err.find("cannot reach"), std::string::npos) << down->err;
+}
+
+}  // namespace
+}  // namespace space::testing

@@ -1,0 +1,138 @@
+// Leak test: create, use and delete 200 sandboxes; afterwards nothing of them is left on
+// the host — no mounts, cgroups, subvolumes, processes, runtime state, logs — and spaced's
+// own file descriptors and threads are back where they started.
+#include <dirent.h>
+
+#include <atomic>
+#include <fstream>
+#include <mutex>
+#include <set>
+
+#include "tests/integration/harness.h"
+
+namespace space::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+size_t CountDir(const std::string& path) {
+  size_t n = 0;
+  if (DIR* d = ::opendir(path.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") ++n;
+    }
+    ::closedir(d);
+  }
+  return n;
+}
+
+// Pids whose cgroup path mentions any of `ids`.
+std::vector<std::string> ProcessesOf(const std::set<std::string>& ids) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    std::string pid = e->d_name;
+    if (pid.empty() || !std::isdigit(static_cast<unsigned char>(pid[0]))) continue;
+    auto cg = sys::ReadFile("/proc/" + pid + "/cgroup");
+    if (!cg) continue;
+    for (const auto& id : ids) {
+      if (cg->find(id) != std::string::npos) out.push_back(pid + " (" + id + ")");
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+size_t MountCount() {
+  auto m = sys::ReadFile("/proc/self/mountinfo");
+  return m ? static_cast<size_t>(std::count(m->begin(), m->end(), '\n')) : 0;
+}
+
+TEST(LeakTest, TwoHundredSandboxesLeaveNothingBehind) {
+  SPACE_REQUIRE_SANDBOXES();
+  Daemon d;
+  ASSERT_TRUE(d.Start());
+  auto& c = d.client();
+  // Warm up once so lazily created state (pool, namespaces, caches) is in the baseline.
+  std::string warm = CreateSandbox(c);
+  ASSERT_FALSE(warm.empty());
+  ASSERT_TRUE(c.DeleteSandboxAndWait(warm, 60s));
+  const std::string proc = "/proc/" + std::to_string(d.pid());
+  size_t fds0 = CountDir(proc + "/fd");
+  size_t threads0 = CountDir(proc + "/task");
+  size_t mounts0 = MountCount();
+
+  constexpr int kTotal = 200, kWorkers = 4;
+  std::atomic<int> next{0}, failures{0};
+  std::mutex mu;
+  std::set<std::string> ids;
+  std::string first_error;
+  auto worker = [&] {
+    client::Client cl(d.url(), d.api_key());
+    for (int i = next++; i < kTotal; i = next++) {
+      auto sb = cl.CreateSandboxAndWait(Json::object(), 60s);
+      if (!sb) {
+        ++failures;
+        std::lock_guard l(mu);
+        if (first_error.empty()) first_error = "create: " + sb.error().message;
+        continue;
+      }
+      std::string id = (*sb)["id"];
+      {
+        std::lock_guard l(mu);
+        ids.insert(id);
+      }
+      // A command, a background daemon that must die with the sandbox, a file.
+      auto r = cl.Run(id, Json{{"cmd", "echo " + std::to_string(i) + "; (setsid sleep 1000 >/dev/null 2>&1 &) ; true"}});
+      auto w = cl.WriteFile(id, "/tmp/f", "data");
+      if (!r || r->out != std::to_string(i) + "\n" || !w) {
+        ++failures;
+        std::lock_guard l(mu);
+        if (first_error.empty())
+          first_error = "use " + id + ": " + (r ? r->out + r->err : r.error().message);
+      }
+      if (auto st = cl.DeleteSandboxAndWait(id, 60s); !st) {
+        ++failures;
+        std::lock_guard l(mu);
+        if (first_error.empty()) first_error = "delete " + id + ": " + st.error().message;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWorkers; ++i) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0) << first_error;
+  EXPECT_EQ(ids.size(), static_cast<size_t>(kTotal));
+
+  auto list = c.ListSandboxes();
+  ASSERT_TRUE(list);
+  EXPECT_TRUE(list->empty()) << list->dump();
+  // No processes of any of them (the double-forked sleeps included).
+  auto procs = ProcessesOf(ids);
+  EXPECT_TRUE(procs.empty()) << procs.size() << " processes left, e.g. " << procs.front();
+  // No cgroups.
+  for (const auto& ctrl : {"memory", "pids", "cpu", "freezer", "devices", "blkio", "cpuset",
+                           "cpuacct", "systemd", "unified"}) {
+    std::string parent = std::string("/sys/fs/cgroup/") + ctrl + "/space";
+    for (const auto& id : ids) ASSERT_FALSE(sys::Exists(parent + "/" + id)) << parent << "/" << id;
+  }
+  // No subvolumes, bundles, run dirs, runtime state or logs.
+  EXPECT_EQ(CountDir(d.data_dir() + "/storage/pool/roots"), 0u);
+  EXPECT_EQ(CountDir(d.data_dir() + "/runtime/oci/bundles"), 0u);
+  EXPECT_EQ(CountDir(d.data_dir() + "/runtime/oci/run"), 0u);
+  EXPECT_EQ(CountDir(d.data_dir() + "/runtime/oci/crun"), 0u);
+  EXPECT_EQ(CountDir(d.data_dir() + "/logs"), 0u);
+  auto subvols = sys::Run({.argv = {"btrfs", "subvolume", "list", "-o",
+                                    d.data_dir() + "/storage/pool/roots"}});
+  if (subvols && subvols->exit_code == 0) EXPECT_EQ(subvols->out, "");
+  // No mounts, and spaced's fds and threads are back to the baseline.
+  EXPECT_LE(MountCount(), mounts0);
+  size_t fds1 = CountDir(proc + "/fd");
+  size_t threads1 = CountDir(proc + "/task");
+  EXPECT_LE(fds1, fds0 + 2) << "fds " << fds0 << " -> " << fds1;
+  EXPECT_LE(threads1, threads0 + 2) << "threads " << threads0 << " -> " << threads1;
+}
+
+}  // namespace
+}  // namespace space::testing
