@@ -1,0 +1,1017 @@
+#include "cli/client.h"
+
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "sys/sys.h"
+
+namespace space::client {
+
+namespace {
+
+constexpr char kDefaultUrl[] = "http://127.0.0.1:7070";
+constexpr size_t kMaxIdleHandles = 8;
+constexpr size_t kMaxErrorBody = 1 << 20;
+// The server caps `wait` at 5 minutes; longer waits are loops of this.
+constexpr milliseconds kMaxServerWait{300000};
+
+std::once_flag g_curl_once;
+
+void EnsureCurlInitialized() {
+  // curl_global_init is not thread-safe; run it once, before the first handle.
+  std::call_once(g_curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::string NormalizeUrl(std::string_view url) {
+  std::string u(Trim(url));
+  if (u.find("://") == std::string::npos) u = "http://" + u;
+  while (!u.empty() && u.back() == '/') u.pop_back();
+  return u;
+}
+
+// Percent-encodes everything but unreserved characters and `keep`.
+std::string Escape(std::string_view s, std::string_view keep) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' ||
+        keep.find(static_cast<char>(c)) != std::string_view::npos) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string PathEscape(std::string_view segment) { return Escape(segment, ""); }
+
+Errc ErrcFromStatus(int status) {
+  switch (status) {
+    case 400:
+    case 405:
+      return Errc::kInvalidArgument;
+    case 401:
+      return Errc::kUnauthenticated;
+    case 403:
+      return Errc::kPermissionDenied;
+    case 404:
+      return Errc::kNotFound;
+    case 409:
+      return Errc::kConflict;
+    case 413:
+      return Errc::kTooLarge;
+    case 429:
+      return Errc::kResourceExhausted;
+    case 502:
+    case 503:
+      return Errc::kUnavailable;
+    case 504:
+      return Errc::kDeadlineExceeded;
+    default:
+      return status >= 400 && status < 500 ? Errc::kInvalidArgument : Errc::kInternal;
+  }
+}
+
+Result<Json> ParseAnswer(const HttpResponse& r, std::string_view what) {
+  if (Trim(r.body).empty()) return Json::object();
+  auto j = ParseJson(r.body);
+  if (!j)
+    return Fail(Errc::kInternal, "spaced answered " + std::string(what) + " with invalid JSON");
+  return *j;
+}
+
+// The array under `key` in an answer like {"sandboxes":[...]}.
+Result<Json> ArrayField(const Json& answer, const char* key) {
+  const Json* f = JsonField(answer, key);
+  if (!f || !f->is_array()) {
+    return Fail(Errc::kInternal, std::string("spaced's answer has no \"") + key + "\" array");
+  }
+  return *f;
+}
+
+bool OperationFinished(const Json& op) {
+  std::string s = JsonStringOr(op, "state", "");
+  return s == "succeeded" || s == "failed";
+}
+
+// Remaining time until `deadline`, or kMaxServerWait when there is none.
+milliseconds NextWait(std::optional<std::chrono::steady_clock::time_point> deadline) {
+  if (!deadline) return kMaxServerWait;
+  auto left =
+      std::chrono::duration_cast<milliseconds>(*deadline - std::chrono::steady_clock::now());
+  return std::clamp(left, milliseconds{0}, kMaxServerWait);
+}
+
+std::optional<std::chrono::steady_clock::time_point> DeadlineFor(milliseconds timeout) {
+  if (timeout.count() <= 0) return std::nullopt;
+  return std::chrono::steady_clock::now() + timeout;
+}
+
+// The sandbox object in a create answer: {"sandbox":{...}} or the SANDBOX itself.
+const Json* SandboxOf(const Json& answer) {
+  if (const Json* s = JsonField(answer, "sandbox"); s && s->is_object()) return s;
+  if (JsonString(answer, "id") && JsonString(answer, "state")) return &answer;
+  return nullptr;
+}
+
+std::string FormatMode(int mode) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%04o", mode & 07777);
+  return buf;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// HttpResponse, errors
+
+std::optional<std::string> HttpResponse::Header(std::string_view name) const {
+  std::string want = Lower(name);
+  for (const auto& [k, v] : headers) {
+    if (k == want) return v;
+  }
+  return std::nullopt;
+}
+
+Error ErrorFromResponse(const HttpResponse& r) {
+  if (auto j = ParseJson(r.body)) {
+    if (const Json* e = JsonField(*j, "error"); e && e->is_object()) {
+      auto code = JsonString(*e, "code");
+      auto message = JsonString(*e, "message");
+      Errc c = code ? ErrcFromName(*code) : ErrcFromStatus(r.status);
+      return Error{c, 0,
+                   message && !message->empty()
+                       ? *message
+                       : "spaced answered HTTP " + std::to_string(r.status)};
+    }
+  }
+  std::string msg = "spaced answered HTTP " + std::to_string(r.status);
+  std::string_view body = Trim(r.body);
+  if (!body.empty()) msg += ": " + std::string(body.substr(0, 200));
+  return Error{ErrcFromStatus(r.status), 0, std::move(msg)};
+}
+
+// ---------------------------------------------------------------------------------------------
+// MuxParser
+
+Result<bool> MuxParser::Feed(std::string_view data, const MuxCallback& callback) {
+  size_t i = 0;
+  while (i < data.size()) {
+    if (saw_exit_) {
+      return Fail(Errc::kInvalidArgument, "output stream: data after the exit record");
+    }
+    if (remaining_ == 0) {
+      // Reading a record header.
+      size_t take = std::min(sizeof header_ - header_have_, data.size() - i);
+      std::memcpy(header_ + header_have_, data.data() + i, take);
+      header_have_ += take;
+      i += take;
+      if (header_have_ < sizeof header_) break;
+      header_have_ = 0;
+      uint8_t kind = header_[0];
+      uint32_t len = static_cast<uint32_t>(header_[1]) | static_cast<uint32_t>(header_[2]) << 8 |
+                     static_cast<uint32_t>(header_[3]) << 16 |
+                     static_cast<uint32_t>(header_[4]) << 24;
+      if (kind < 1 || kind > 3) {
+        return Fail(Errc::kInvalidArgument,
+                    "output stream: unknown record kind " + std::to_string(kind));
+      }
+      kind_ = static_cast<MuxKind>(kind);
+      if (kind_ == MuxKind::kExit) {
+        if (len > kMaxExitRecord) {
+          return Fail(Errc::kInvalidArgument,
+                      "output stream: exit record of " + std::to_string(len) + " bytes");
+        }
+        exit_payload_.clear();
+        exit_payload_.reserve(len);
+      }
+      remaining_ = len;
+      if (len == 0 && kind_ == MuxKind::kExit) {
+        saw_exit_ = true;
+        if (!callback(kind_, exit_payload_)) return false;
+      }
+      continue;
+    }
+    size_t take = std::min<size_t>(remaining_, data.size() - i);
+    std::string_view piece = data.substr(i, take);
+    i += take;
+    remaining_ -= static_cast<uint32_t>(take);
+    if (kind_ == MuxKind::kExit) {
+      exit_payload_.append(piece);
+      if (remaining_ == 0) {
+        saw_exit_ = true;
+        if (!callback(kind_, exit_payload_)) return false;
+      }
+      continue;
+    }
+    (kind_ == MuxKind::kStdout ? stdout_bytes_ : stderr_bytes_) += take;
+    if (!callback(kind_, piece)) return false;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transport
+
+struct Client::Impl {
+  std::string url;
+  std::string key;
+  ClientOptions options;
+  std::mutex mu;
+  std::vector<CURL*> idle;  // handles keep their connections across curl_easy_reset
+
+  ~Impl() {
+    for (CURL* h : idle) curl_easy_cleanup(h);
+  }
+
+  CURL* Acquire() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!idle.empty()) {
+        CURL* h = idle.back();
+        idle.pop_back();
+        return h;
+      }
+    }
+    EnsureCurlInitialized();
+    return curl_easy_init();
+  }
+
+  void Release(CURL* h) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (idle.size() < kMaxIdleHandles) {
+      idle.push_back(h);
+    } else {
+      curl_easy_cleanup(h);
+    }
+  }
+};
+
+// Everything one exchange needs; lives on the caller's stack for the duration of Perform.
+struct Client::Transfer {
+  std::string method = "GET";
+  std::string path;       // with query
+  std::string_view body;  // used when send_body
+  bool send_body = false;
+  std::string content_type;
+  std::vector<std::string> headers;  // extra "Name: value" lines
+  // Streaming upload: fills buf, returns bytes (0 at EOF) or nullopt on error (set read_error).
+  std::function<std::optional<size_t>(char* buf, size_t len)> reader;
+  int64_t upload_size = -1;  // -1: chunked
+  std::optional<Error> read_error;
+  // Streaming download: receives the body of 2xx answers; others are collected for the error.
+  DataCallback sink;
+  bool sink_stopped = false;
+
+  HttpResponse response;
+  char errbuf[CURL_ERROR_SIZE] = {};
+};
+
+namespace {
+
+size_t OnHeader(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<HttpResponse*>(user);
+  std::string_view line(data, size * n);
+  line = Trim(line);
+  if (StartsWith(line, "HTTP/")) {
+    // A new status line (e.g. after "100 Continue"): start over.
+    t->headers.clear();
+    size_t sp = line.find(' ');
+    t->status =
+        sp == std::string_view::npos ? 0 : std::atoi(std::string(line.substr(sp + 1, 3)).c_str());
+    return size * n;
+  }
+  size_t colon = line.find(':');
+  if (colon != std::string_view::npos) {
+    t->headers.emplace_back(Lower(Trim(line.substr(0, colon))),
+                            std::string(Trim(line.substr(colon + 1))));
+  }
+  return size * n;
+}
+
+}  // namespace
+
+Result<HttpResponse> Client::Perform(Transfer& t) {
+  CURL* h = impl_->Acquire();
+  if (!h) return Fail(Errc::kResourceExhausted, "curl_easy_init failed");
+  struct Lease {
+    Impl* impl;
+    CURL* h;
+    ~Lease() { impl->Release(h); }
+  } lease{impl_.get(), h};
+
+  std::string url = impl_->url + t.path;
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  // spaced is addressed directly; an http_proxy in the environment must not capture
+  // long-lived output streams.
+  curl_easy_setopt(h, CURLOPT_PROXY, "");
+  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                   static_cast<long>(impl_->options.connect_timeout.count()));
+  if (impl_->options.request_timeout.count() > 0) {
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
+                     static_cast<long>(impl_->options.request_timeout.count()));
+  }
+  curl_easy_setopt(h, CURLOPT_USERAGENT, "space-client/1");
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, t.errbuf);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, &OnHeader);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, &t.response);
+
+  auto on_write = +[](char* data, size_t size, size_t n, void* user) -> size_t {
+    auto* t = static_cast<Transfer*>(user);
+    size_t len = size * n;
+    if (t->sink && t->response.ok()) {
+      if (!t->sink(std::string_view(data, len))) {
+        t->sink_stopped = true;
+        return len == 0 ? 1 : 0;  // anything but len aborts the transfer
+      }
+      return len;
+    }
+    if (t->response.body.size() < kMaxErrorBody || !t->sink) t->response.body.append(data, len);
+    return len;
+  };
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
+
+  curl_slist* headers = nullptr;
+  if (!impl_->key.empty()) {
+    headers = curl_slist_append(headers, ("Authorization: Bearer " + impl_->key).c_str());
+  }
+  if (!t.content_type.empty()) {
+    headers = curl_slist_append(headers, ("Content-Type: " + t.content_type).c_str());
+  } else if (t.send_body || t.reader) {
+    // Not curl's default "application/x-www-form-urlencoded" for a body we did not type.
+    headers = curl_slist_append(headers, "Content-Type:");
+  }
+  // curl would otherwise send "Expect: 100-continue" for big uploads and stall a second
+  // waiting for a "100 Continue" the server need not send.
+  headers = curl_slist_append(headers, "Expect:");
+  for (const std::string& line : t.headers) headers = curl_slist_append(headers, line.c_str());
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+
+  if (t.reader) {
+    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+    auto on_read = +[](char* buf, size_t size, size_t n, void* user) -> size_t {
+      auto* t = static_cast<Transfer*>(user);
+      auto got = t->reader(buf, size * n);
+      if (!got) return CURL_READFUNC_ABORT;
+      return *got;
+    };
+    curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+    curl_easy_setopt(h, CURLOPT_READDATA, &t);
+    if (t.upload_size >= 0) {
+      curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(t.upload_size));
+    }
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, t.method.c_str());
+  } else if (t.send_body) {
+    // POSTFIELDS(nullptr) would mean "read the body from READFUNCTION": pass "" when empty.
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, t.body.empty() ? "" : t.body.data());
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(t.body.size()));
+    if (t.method != "POST") curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, t.method.c_str());
+  } else if (t.method == "GET") {
+    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+  } else if (t.method == "HEAD") {
+    curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+  } else {
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, t.method.c_str());
+  }
+
+  CURLcode rc = curl_easy_perform(h);
+  long code = 0;
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+  // The handle goes back to the pool holding its connection; it must not keep pointers
+  // into this stack frame (error buffer, header list, callback data).
+  curl_easy_reset(h);
+  curl_slist_free_all(headers);
+
+  if (rc == CURLE_WRITE_ERROR && t.sink_stopped) return std::move(t.response);
+  if ((rc == CURLE_ABORTED_BY_CALLBACK || rc == CURLE_READ_ERROR) && t.read_error) {
+    return tl::unexpected(*t.read_error);
+  }
+  if (rc != CURLE_OK) {
+    std::string detail = t.errbuf[0] ? std::string(Trim(t.errbuf)) : curl_easy_strerror(rc);
+    const std::string& base = impl_->url;
+    switch (rc) {
+      case CURLE_COULDNT_CONNECT:
+      case CURLE_COULDNT_RESOLVE_HOST:
+      case CURLE_COULDNT_RESOLVE_PROXY:
+      case CURLE_UNSUPPORTED_PROTOCOL:
+      case CURLE_URL_MALFORMAT:
+        return Fail(Errc::kUnavailable, "cannot reach spaced at " + base + ": " + detail);
+      case CURLE_OPERATION_TIMEDOUT:
+        return Fail(Errc::kDeadlineExceeded,
+                    t.method + " " + t.path + " to spaced at " + base + " timed out: " + detail);
+      case CURLE_GOT_NOTHING:
+      case CURLE_RECV_ERROR:
+      case CURLE_SEND_ERROR:
+      case CURLE_PARTIAL_FILE:
+      case CURLE_HTTP2_STREAM:
+        return Fail(Errc::kUnavailable, "connection to spaced at " + base + " broke during " +
+                                            t.method + " " + t.path + ": " + detail);
+      default:
+        return Fail(Errc::kInternal,
+                    t.method + " " + t.path + " to spaced at " + base + " failed: " + detail);
+    }
+  }
+  t.response.status = static_cast<int>(code);
+  return std::move(t.response);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Construction
+
+Client::Client(std::string base_url, std::string api_key, ClientOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->url = NormalizeUrl(base_url);
+  impl_->key = std::string(Trim(api_key));
+  impl_->options = options;
+}
+Client::~Client() = default;
+Client::Client(Client&&) noexcept = default;
+Client& Client::operator=(Client&&) noexcept = default;
+
+const std::string& Client::url() const { return impl_->url; }
+const std::string& Client::api_key() const { return impl_->key; }
+
+std::string Client::ResolveDataDir(std::string_view data_dir_override) {
+  if (!data_dir_override.empty()) return std::string(data_dir_override);
+  if (const char* env = std::getenv("SPACE_DATA_DIR"); env && *env) return env;
+  return "./.space-data";
+}
+
+Result<Client> Client::FromEnvironment(std::string_view data_dir_override, ClientOptions options) {
+  std::string dir = ResolveDataDir(data_dir_override);
+  auto from_file = [&](const char* name) -> Result<std::optional<std::string>> {
+    std::string path = dir + "/" + name;
+    auto text = sys::ReadFile(path);
+    if (!text) {
+      if (text.error().sys_errno == ENOENT || text.error().sys_errno == ENOTDIR) {
+        return std::optional<std::string>();
+      }
+      return tl::unexpected(text.error().Wrap("read " + path));
+    }
+    std::string v(Trim(*text));
+    if (v.empty()) return std::optional<std::string>();
+    return std::optional<std::string>(std::move(v));
+  };
+
+  std::string url = kDefaultUrl;
+  if (const char* env = std::getenv("SPACE_URL"); env && !Trim(env).empty()) {
+    url = env;
+  } else {
+    auto f = from_file("url");
+    if (!f) return tl::unexpected(f.error());
+    if (*f) url = **f;
+  }
+  std::string key;
+  if (const char* env = std::getenv("SPACE_API_KEY"); env && !Trim(env).empty()) {
+    key = env;
+  } else {
+    auto f = from_file("api-key");
+    if (!f) return tl::unexpected(f.error());
+    if (*f) key = **f;
+  }
+  return Client(std::move(url), std::move(key), options);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generic
+
+std::string Client::QueryEscape(std::string_view s) { return Escape(s, "/:"); }
+
+std::string Client::FormatWait(milliseconds wait) {
+  int64_t ms = std::max<int64_t>(wait.count(), 0);
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+Error Client::OperationError(const Json& op) {
+  std::string id = JsonStringOr(op, "id", "operation");
+  std::string kind = JsonStringOr(op, "kind", "");
+  std::string what = kind.empty() ? id : kind + " " + id;
+  if (const Json* e = JsonField(op, "error"); e && e->is_object()) {
+    return Error{ErrcFromName(JsonStringOr(*e, "code", "internal")), 0,
+                 what + " failed: " + JsonStringOr(*e, "message", "unknown error")};
+  }
+  return Error{Errc::kInternal, 0, what + " failed"};
+}
+
+int Client::ExitCodeOf(const Json& command) {
+  if (JsonBoolOr(command, "timed_out", false)) return 124;
+  std::string state = JsonStringOr(command, "state", "");
+  if (state == "failed") return 127;
+  if (auto sig = JsonInt(command, "signal"); sig && *sig > 0) return 128 + static_cast<int>(*sig);
+  if (auto code = JsonInt(command, "exit_code")) return static_cast<int>(*code);
+  return 255;
+}
+
+std::string Client::SandboxPath(std::string_view id) const {
+  return "/v1/sandboxes/" + PathEscape(id);
+}
+
+Result<HttpResponse> Client::Request(std::string_view method, std::string_view path_with_query,
+                                     std::string_view body, std::string_view content_type) {
+  Transfer t;
+  t.method = std::string(method);
+  t.path = std::string(path_with_query);
+  t.body = body;
+  t.send_body = !body.empty() || method == "POST" || method == "PUT" || method == "PATCH";
+  t.content_type = std::string(content_type);
+  return Perform(t);
+}
+
+Result<Json> Client::Call(std::string_view method, std::string_view path_with_query,
+                          const std::optional<Json>& body) {
+  std::string text;
+  if (body) text = body->dump(-1, ' ', false, Json::error_handler_t::replace);
+  auto r = Request(method, path_with_query, text, body ? "application/json" : "");
+  if (!r) return tl::unexpected(r.error());
+  if (!r->ok()) return tl::unexpected(ErrorFromResponse(*r));
+  return ParseAnswer(*r, std::string(method) + " " + std::string(path_with_query));
+}
+
+Status Client::Health() {
+  auto r = Request("GET", "/healthz");
+  if (!r) return tl::unexpected(r.error());
+  if (!r->ok()) return tl::unexpected(ErrorFromResponse(*r));
+  return Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sandboxes
+
+Result<Json> Client::CreateSandbox(const Json& body, milliseconds wait) {
+  std::string path = "/v1/sandboxes";
+  if (wait.count() > 0) path += "?wait=" + FormatWait(wait);
+  auto r = Call("POST", path, body);
+  if (!r) return r;
+  if (const Json* op = JsonField(*r, "operation");
+      op && JsonStringOr(*op, "state", "") == "failed") {
+    return tl::unexpected(OperationError(*op));
+  }
+  if (const Json* sb = SandboxOf(*r); sb && JsonStringOr(*sb, "state", "") == "error") {
+    return Fail(Errc::kInternal, "sandbox " + JsonStringOr(*sb, "id", "") +
+                                     " failed: " + JsonStringOr(*sb, "reason", "unknown reason"));
+  }
+  return r;
+}
+
+Result<Json> Client::CreateSandboxAndWait(const Json& body, milliseconds timeout) {
+  auto deadline = DeadlineFor(timeout);
+  auto r = CreateSandbox(body, std::max(NextWait(deadline), milliseconds{1}));
+  if (!r) return r;
+  const Json* sb = SandboxOf(*r);
+  if (sb && JsonStringOr(*sb, "state", "") == "running") return *sb;
+  std::string sandbox_id = sb ? JsonStringOr(*sb, "id", "") : "";
+  if (const Json* op = JsonField(*r, "operation"); op && op->is_object()) {
+    Json done = *op;
+    if (!OperationFinished(done)) {
+      std::string op_id = JsonStringOr(*op, "id", "");
+      if (op_id.empty()) return Fail(Errc::kInternal, "create answer has no operation id");
+      milliseconds left{0};
+      if (deadline) {
+        left = std::max(NextWait(deadline), milliseconds{1});
+      }
+      auto w = WaitOperation(op_id, left);
+      if (!w) return w;
+      done = std::move(*w);
+    }
+    if (JsonStringOr(done, "state", "") == "failed") return tl::unexpected(OperationError(done));
+    if (sandbox_id.empty()) sandbox_id = JsonStringOr(done, "target", "");
+  }
+  if (sandbox_id.empty()) return Fail(Errc::kInternal, "create answer names no sandbox");
+  return GetSandbox(sandbox_id);
+}
+
+Result<Json> Client::ListSandboxes(const std::vector<std::pair<std::string, std::string>>& labels,
+                                   std::string_view state) {
+  std::string query;
+  for (const auto& [k, v] : labels) {
+    query += query.empty() ? '?' : '&';
+    query += "label=" + QueryEscape(k) + "=" + QueryEscape(v);
+  }
+  if (!state.empty()) {
+    query += query.empty() ? '?' : '&';
+    query += "state=" + QueryEscape(state);
+  }
+  auto r = Call("GET", "/v1/sandboxes" + query);
+  if (!r) return r;
+  return ArrayField(*r, "sandboxes");
+}
+
+Result<Json> Client::GetSandbox(std::string_view id) { return Call("GET", SandboxPath(id)); }
+
+Result<Json> Client::DeleteSandbox(std::string_view id, milliseconds wait) {
+  std::string path = SandboxPath(id);
+  if (wait.count() > 0) path += "?wait=" + FormatWait(wait);
+  return Call("DELETE", path);
+}
+
+Status Client::DeleteSandboxAndWait(std::string_view id, milliseconds timeout) {
+  auto deadline = DeadlineFor(timeout);
+  auto r = DeleteSandbox(id, std::max(NextWait(deadline), milliseconds{1}));
+  if (!r) return tl::unexpected(r.error());
+  const Json* op = JsonField(*r, "operation");
+  if (!op || !op->is_object()) return Ok();  // answered synchronously
+  Json done = *op;
+  if (!OperationFinished(done)) {
+    std::string op_id = JsonStringOr(*op, "id", "");
+    if (op_id.empty()) return Fail(Errc::kInternal, "delete answer has no operation id");
+    auto w = WaitOperation(
+        op_id, deadline ? std::max(NextWait(deadline), milliseconds{1}) : milliseconds{0});
+    if (!w) return tl::unexpected(w.error());
+    done = std::move(*w);
+  }
+  if (JsonStringOr(done, "state", "") == "failed") return tl::unexpected(OperationError(done));
+  return Ok();
+}
+
+Result<Json> Client::SandboxAction(std::string_view id, std::string_view action, const Json& body) {
+  return Call("POST", SandboxPath(id) + "/" + PathEscape(action), body);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands
+
+Result<Json> Client::StartCommand(std::string_view id, const Json& body) {
+  return Call("POST", SandboxPath(id) + "/commands", body);
+}
+
+Result<Json> Client::ListCommands(std::string_view id) {
+  auto r = Call("GET", SandboxPath(id) + "/commands");
+  if (!r) return r;
+  return ArrayField(*r, "commands");
+}
+
+Result<Json> Client::GetCommand(std::string_view id, std::string_view cid, milliseconds wait) {
+  std::string path = SandboxPath(id) + "/commands/" + PathEscape(cid);
+  if (wait.count() > 0) path += "?wait=" + FormatWait(wait);
+  return Call("GET", path);
+}
+
+Result<OutputChunk> Client::ReadOutput(std::string_view id, std::string_view cid,
+                                       std::string_view stream, uint64_t offset, milliseconds wait,
+                                       int64_t limit) {
+  std::string path = SandboxPath(id) + "/commands/" + PathEscape(cid) +
+                     "/output?stream=" + QueryEscape(stream) + "&offset=" + std::to_string(offset);
+  if (limit >= 0) path += "&limit=" + std::to_string(limit);
+  if (wait.count() > 0) path += "&wait=" + FormatWait(wait);
+  auto r = Request("GET", path);
+  if (!r) return tl::unexpected(r.error());
+  if (!r->ok()) return tl::unexpected(ErrorFromResponse(*r));
+  OutputChunk chunk;
+  chunk.bytes = std::move(r->body);
+  chunk.next_offset = offset + chunk.bytes.size();
+  if (auto v = r->Header("Space-Next-Offset")) {
+    char* end = nullptr;
+    unsigned long long n = std::strtoull(v->c_str(), &end, 10);
+    if (end == v->c_str() || *end != '\0') {
+      return Fail(Errc::kInternal, "spaced sent a bad Space-Next-Offset: " + *v);
+    }
+    chunk.next_offset = n;
+  }
+  chunk.state = r->Header("Space-Command-State").value_or("");
+  if (auto v = r->Header("Space-Exit-Code"); v && !v->empty()) {
+    char* end = nullptr;
+    long n = std::strtol(v->c_str(), &end, 10);
+    if (end != v->c_str() && *end == '\0') chunk.exit_code = static_cast<int>(n);
+  }
+  return chunk;
+}
+
+Result<Json> Client::StreamMux(std::string_view id, std::string_view cid, MuxOffsets& offsets,
+                               const MuxCallback& callback) {
+  Transfer t;
+  t.method = "GET";
+  t.path = SandboxPath(id) + "/commands/" + PathEscape(cid) +
+           "/output?format=mux&stdout_offset=" + std::to_string(offsets.stdout_offset) +
+           "&stderr_offset=" + std::to_string(offsets.stderr_offset);
+  t.headers.push_back("Accept: application/vnd.space.mux");
+  MuxParser parser;
+  std::optional<Error> parse_error;
+  std::optional<std::string> exit_payload;
+  auto on_record = [&](MuxKind kind, std::string_view bytes) {
+    if (kind == MuxKind::kStdout) offsets.stdout_offset += bytes.size();
+    if (kind == MuxKind::kStderr) offsets.stderr_offset += bytes.size();
+    if (kind == MuxKind::kExit) exit_payload = std::string(bytes);
+    return callback(kind, bytes);
+  };
+  t.sink = [&](std::string_view data) {
+    auto r = parser.Feed(data, on_record);
+    if (!r) {
+      parse_error = r.error();
+      return false;
+    }
+    return *r;
+  };
+  auto r = Perform(t);
+  if (parse_error) return tl::unexpected(*parse_error);
+  if (exit_payload) {
+    // The exit record is the last thing the server sends; whatever happened to the
+    // connection afterwards does not matter.
+    auto command = ParseJson(*exit_payload);
+    if (!command || !command->is_object()) {
+      return Fail(Errc::kInternal,
+                  "output stream of " + std::string(cid) + ": exit record is not a JSON object");
+    }
+    return *command;
+  }
+  if (!r) return tl::unexpected(r.error());
+  if (!r->ok()) return tl::unexpected(ErrorFromResponse(*r));
+  if (t.sink_stopped) return Json(nullptr);
+  return Fail(Errc::kUnavailable,
+              "output stream of " + std::string(cid) + " ended before its exit record");
+}
+
+Result<Json> Client::FollowOutput(std::string_view id, std::string_view cid, MuxOffsets& offsets,
+                                  const MuxCallback& callback, milliseconds give_up_after) {
+  auto last_progress = std::chrono::steady_clock::now();
+  milliseconds backoff{50};
+  for (;;) {
+    MuxOffsets before = offsets;
+    auto r = StreamMux(id, cid, offsets, callback);
+    if (r || r.error().code != Errc::kUnavailable) return r;
+    auto now = std::chrono::steady_clock::now();
+    if (offsets.stdout_offset != before.stdout_offset ||
+        offsets.stderr_offset != before.stderr_offset) {
+      last_progress = now;
+      backoff = milliseconds{50};
+    }
+    if (now - last_progress >= give_up_after) {
+      return tl::unexpected(std::move(r).error().Wrap(
+          "following " + std::string(cid) + " (gave up after " +
+          std::to_string(give_up_after.count() / 1000) + "s without progress)"));
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, milliseconds{1000});
+  }
+}
+
+Result<Client::RunOutput> Client::Run(std::string_view id, const Json& body) {
+  auto started = StartCommand(id, body);
+  if (!started) return tl::unexpected(started.error());
+  std::string cid = JsonStringOr(*started, "id", "");
+  if (cid.empty()) return Fail(Errc::kInternal, "start-command answer has no id");
+  RunOutput out;
+  MuxOffsets offsets;
+  auto command = FollowOutput(id, cid, offsets, [&](MuxKind kind, std::string_view bytes) {
+    if (kind == MuxKind::kStdout) out.out.append(bytes);
+    if (kind == MuxKind::kStderr) out.err.append(bytes);
+    return true;
+  });
+  if (!command) return tl::unexpected(command.error());
+  out.command = std::move(*command);
+  out.exit_code = ExitCodeOf(out.command);
+  return out;
+}
+
+Result<Client::RunOutput> Client::Run(std::string_view id, const std::vector<std::string>& argv) {
+  return Run(id, Json{{"argv", argv}});
+}
+
+Status Client::SendStdin(std::string_view id, std::string_view cid, std::string_view bytes,
+                         bool eof) {
+  std::string path = SandboxPath(id) + "/commands/" + PathEscape(cid) + "/stdin";
+  if (eof) path += "?eof=1";
+  auto r = Request("POST", path, bytes, "application/octet-stream");
+  if (!r) return tl::unexpected(r.error());
+  if (!r->ok()) return tl::unexpected(ErrorFromResponse(*r));
+  return Ok();
+}
+
+Status Client::Signal(std::string_view id, std::string_view cid, std::string_view signal) {
+  Json body;
+  bool numeric = !signal.empty() && std::all_of(signal.begin(), signal.end(),
+                                                [](char c) { return c >= '0' && c <= '9'; });
+  if (numeric && signal.size() <= 3) {
+    body["signal"] = std::atoi(std::string(signal).c_str());
+  } else {
+    body["signal"] = std::string(signal);
+  }
+  auto r = Call("POST", SandboxPath(id) + "/commands/" + PathEscape(cid) + "/signal", body);
+  if (!r) return tl::unexpected(r.error());
+  return Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files
+
+Result<uint64_t> Client::ReadFile(std::string_view id, std::string_view path,
+                                  const DataCallback& sink) {
+  Transfer t;
+  t.method = "GET";
+  t.path = SandboxPath(id) + "/files?path=" + QueryEscape(path);
+  uint64_t size = 0;
+  t.sink = [&](std::string_view bytes) {
+    size += bytes.size();
+    return sink(bytes);
+  };
+  auto r = Perform(t);
+  if (!r) return tl::unexpected(r.error());
+  if (!r->ok()) return tl::unexpected(ErrorFromResponse(*r));
+  if (t.sink_stopped) return Fail(Errc::kInternal, "reading " + std::string(path) + ": aborted");
+  return size;
+}
+
+Result<std::string> Client::ReadFile(std::string_view id, std::string_view path) {
+  std::string data;
+  auto r = ReadFile(id, path, [&](std::string_view bytes) {
+    data.append(bytes);
+    return true;
+  });
+  if (!r) return tl::unexpected(r.error());
+  return data;
+}
+
+Result<uint64_t> Client::ReadFileTo(std::string_view id, std::string_view path,
+                                    const std::string& host_path, int host_mode) {
+  // The host file is opened on the first byte of a successful answer, so an error answer
+  // (404, 403, ...) leaves an existing file alone.
+  sys::UniqueFd fd;
+  std::optional<Error> write_error;
+  auto open_file = [&]() -> bool {
+    if (fd) return true;
+    auto f = sys::Open(host_path, O_WRONLY | O_CREAT | O_TRUNC, static_cast<mode_t>(host_mode));
+    if (!f) {
+      write_error = f.error();
+      return false;
+    }
+    fd = std::move(*f);
+    return true;
+  };
+  auto r = ReadFile(id, path, [&](std::string_view bytes) {
+    if (!open_file()) return false;
+    auto w = sys::WriteAll(fd.get(), bytes);
+    if (!w) {
+      write_error = w.error().Wrap("write " + host_path);
+      return false;
+    }
+    return true;
+  });
+  if (r && !write_error) open_file();  // an empty file still has to exist
+  if (write_error || !r) {
+    if (fd) {
+      fd.Reset();
+      ::unlink(host_path.c_str());
+    }
+    if (write_error) return tl::unexpected(*write_error);
+    return tl::unexpected(r.error());
+  }
+  return *r;
+}
+
+namespace {
+std::string FilesQuery(std::string_view path, int mode) {
+  std::string q = "?path=" + Client::QueryEscape(path);
+  if (mode >= 0) q += "&mode=" + FormatMode(mode);
+  return q;
+}
+}  // namespace
+
+Result<Json> Client::WriteFile(std::string_view id, std::string_view path, std::string_view data,
+                               int mode) {
+  auto r = Request("PUT", SandboxPath(id) + "/files" + FilesQuery(path, mode), data,
+                   "application/octet-stream");
+  if (!r) return tl::unexpected(r.error());
+  if (!r->ok()) return tl::unexpected(ErrorFromResponse(*r));
+  return ParseAnswer(*r, "PUT files");
+}
+
+Result<Json> Client::WriteFileFromFd(std::string_view id, std::string_view path, int fd,
+                                     int64_t size, int mode) {
+  Transfer t;
+  t.method = "PUT";
+  t.path = SandboxPath(id) + "/files" + FilesQuery(path, mode);
+  t.content_type = "application/octet-stream";
+  t.upload_size = size;
+  t.reader = [&](char* buf, size_t len) -> std::optional<size_t> {
+    for (;;) {
+      ssize_t n = ::read(fd, buf, len);
+      if (n >= 0) return static_cast<size_t>(n);
+      if (errno == EINTR) continue;
+      t.read_error = ErrnoFail("reading the upload for " + std::string(path)).value();
+      return std::nullopt;
+    }
+  };
+  auto r = Perform(t);
+  if (!r) return tl::unexpected(r.error());
+  if (!r->ok()) return tl::unexpected(ErrorFromResponse(*r));
+  return ParseAnswer(*r, "PUT files");
+}
+
+Result<Json> Client::WriteFileFrom(std::string_view id, std::string_view path,
+                                   const std::string& host_path, int mode) {
+  auto fd = sys::Open(host_path, O_RDONLY);
+  if (!fd) return tl::unexpected(fd.error());
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) return ErrnoFail("stat " + host_path);
+  if (S_ISDIR(st.st_mode)) return Fail(Errc::kInvalidArgument, host_path + " is a directory");
+  int64_t size = S_ISREG(st.st_mode) ? static_cast<int64_t>(st.st_size) : -1;
+  return WriteFileFromFd(id, path, fd->get(), size, mode);
+}
+
+Result<Json> Client::ListFiles(std::string_view id, std::string_view path, int depth) {
+  auto r = Call("GET", SandboxPath(id) + "/files:list?path=" + QueryEscape(path) +
+                           "&depth=" + std::to_string(depth));
+  if (!r) return r;
+  return ArrayField(*r, "entries");
+}
+
+Result<Json> Client::Stat(std::string_view id, std::string_view path) {
+  return Call("GET", SandboxPath(id) + "/files:stat?path=" + QueryEscape(path));
+}
+
+Status Client::Mkdir(std::string_view id, std::string_view path) {
+  auto r = Call("POST", SandboxPath(id) + "/files:mkdir?path=" + QueryEscape(path));
+  if (!r) return tl::unexpected(r.error());
+  return Ok();
+}
+
+Status Client::Remove(std::string_view id, std::string_view path, bool recursive) {
+  std::string q = SandboxPath(id) + "/files?path=" + QueryEscape(path);
+  if (recursive) q += "&recursive=1";
+  auto r = Call("DELETE", q);
+  if (!r) return tl::unexpected(r.error());
+  return Ok();
+}
+
+Status Client::Rename(std::string_view id, std::string_view from, std::string_view to) {
+  auto r = Call("POST", SandboxPath(id) + "/files:rename",
+                Json{{"from", std::string(from)}, {"to", std::string(to)}});
+  if (!r) return tl::unexpected(r.error());
+  return Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operations and templates
+
+Result<Json> Client::GetOperation(std::string_view id, milliseconds wait) {
+  std::string path = "/v1/operations/" + PathEscape(id);
+  if (wait.count() > 0) path += "?wait=" + FormatWait(wait);
+  return Call("GET", path);
+}
+
+Result<Json> Client::WaitOperation(std::string_view id, milliseconds timeout) {
+  auto deadline = DeadlineFor(timeout);
+  for (;;) {
+    milliseconds wait = NextWait(deadline);
+    auto started = std::chrono::steady_clock::now();
+    auto op = GetOperation(id, std::max(wait, milliseconds{1}));
+    if (!op) return op;
+    if (OperationFinished(*op)) return op;
+    if (deadline && std::chrono::steady_clock::now() >= *deadline) {
+      return Fail(Errc::kDeadlineExceeded, "operation " + std::string(id) + " still " +
+                                               JsonStringOr(*op, "state", "?") + " after " +
+                                               std::to_string(timeout.count()) + "ms");
+    }
+    // A server that answered at once despite `wait` must not turn this into a busy loop.
+    if (std::chrono::steady_clock::now() - started < milliseconds{20}) {
+      std::this_thread::sleep_for(milliseconds{50});
+    }
+  }
+}
+
+Result<Json> Client::ListOperations(std::string_view state, int limit) {
+  std::string query;
+  if (!state.empty()) query += "?state=" + QueryEscape(state);
+  if (limit >= 0)
+    query += std::string(query.empty() ? "?" : "&") + "limit=" + std::to_string(limit);
+  auto r = Call("GET", "/v1/operations" + query);
+  if (!r) return r;
+  return ArrayField(*r, "operations");
+}
+
+Result<Json> Client::ListTemplates() {
+  auto r = Call("GET", "/v1/templates");
+  if (!r) return r;
+  return ArrayField(*r, "templates");
+}
+
+}  // namespace space::client

@@ -1,0 +1,59 @@
+// commands: the `space` CLI's subcommands, registered on a CLI11 app by group. Internal to
+// the space executable (main.cc wires them up); single-threaded except where a command
+// starts its own helper threads (exec).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "cli/client.h"
+#include "common/common.h"
+#include "common/json.h"
+
+namespace CLI {
+class App;
+}
+
+namespace space::cli {
+
+// Exit statuses of the CLI besides a command's own exit code.
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+
+struct Globals {
+  std::string url;
+  std::string api_key;
+  std::string data_dir;
+  bool json = false;
+};
+
+// Shared by all subcommands of one invocation.
+class Context {
+ public:
+  Globals globals;
+  int exit_code = 0;
+
+  // The Client for the globals (--url/--api-key over the environment), built once.
+  Result<client::Client*> GetClient();
+
+ private:
+  std::optional<client::Client> client_;
+};
+
+// Prints "space: <message>" to stderr; returns kExitError.
+int ReportError(const Error& error);
+// Prints "space: <message>" to stderr; returns kExitUsage.
+int ReportUsage(const std::string& message);
+// Writes JSON (pretty) plus a newline to stdout.
+void PrintJson(const Json& j);
+// Writes text to stdout as is.
+void PrintText(const std::string& text);
+
+// create, ls, get, rm, ops, op, templates
+void AddSandboxCommands(CLI::App& app, Context& ctx);
+// exec, logs, ps
+void AddExecCommands(CLI::App& app, Context& ctx);
+// cp
+void AddFileCommands(CLI::App& app, Context& ctx);
+
+}  // namespace space::cli
