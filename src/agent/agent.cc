@@ -1,5 +1,6 @@
 #include "agent/agent.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,8 +14,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <vector>
 
 #include "agent/exec.h"
 #include "agent/log.h"
@@ -70,6 +74,65 @@ bool FromOutsideNamespace(int fd) {
 
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
+// The process group of `pid` from /proc/PID/stat (the fifth field, after the
+// parenthesised name, which may itself hold spaces and parentheses); -1 when gone.
+pid_t ProcessGroupOf(pid_t pid) {
+  auto stat = sys::ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return -1;
+  size_t p = stat->rfind(')');
+  if (p == std::string::npos) return -1;
+  int ppid = 0, pgrp = -1;
+  char state = 0;
+  if (std::sscanf(stat->c_str() + p + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) return -1;
+  return pgrp;
+}
+
+// Whether process `pid` has an fd on one of the pipes with inodes `inos`.
+bool HoldsPipe(pid_t pid, const std::vector<ino_t>& inos) {
+  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return false;
+  std::vector<std::string> want;
+  for (ino_t ino : inos) want.push_back("pipe:[" + std::to_string(ino) + "]");
+  bool found = false;
+  char target[64];
+  while (!found) {
+    struct dirent* e = ::readdir(d);
+    if (!e) break;
+    if (e->d_name[0] == '.') continue;
+    ssize_t n = ::readlinkat(::dirfd(d), e->d_name, target, sizeof target);
+    if (n <= 0) continue;
+    std::string_view link(target, static_cast<size_t>(n));
+    for (const auto& w : want) found |= link == w;
+  }
+  ::closedir(d);
+  return found;
+}
+
+// SIGKILLs every process of process group `pgid` that still holds one of the pipes
+// `inos`: what is left of a finished command and would otherwise run on unseen (its
+// output goes nowhere now). Other members of the group, and holders that left it
+// (setsid), are spared: only the pipe is taken from them. Best effort: without /proc
+// nothing is found.
+void KillPipeHolders(pid_t pgid, const std::vector<ino_t>& inos, uint32_t stream) {
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return;
+  while (struct dirent* e = ::readdir(proc)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    if (ProcessGroupOf(static_cast<pid_t>(pid)) != pgid) continue;
+    if (!HoldsPipe(static_cast<pid_t>(pid), inos)) continue;
+    // Holders are typically orphans reparented to the agent: their pids stay theirs
+    // until the agent reaps them, on this same thread, so the kill cannot hit a
+    // recycled pid. The pipe inode check keeps strangers out even where /proc shows
+    // another pid namespace.
+    AGENT_LOG_INFO("stream %u: killing pid %ld, left over in the command's group", stream, pid);
+    ::kill(static_cast<pid_t>(pid), SIGKILL);
+  }
+  ::closedir(proc);
+}
+
 }  // namespace
 
 struct Agent::Output {
@@ -79,8 +142,15 @@ struct Agent::Output {
   };
   sys::UniqueFd pipe;
   uint32_t events = 0;  // registered epoll interest; 0 = not registered
-  bool eof = false;
+  bool eof = false;     // EOF seen, or the pipe was closed after lingering
   uint64_t produced = 0, acked = 0, sent = 0;
+  // Lingering: the main process has exited, the pipe has not reached EOF yet. It is cut
+  // at linger_deadline_ns (extended by output read, up to linger_limit_ns). While the
+  // agent does not read it (backpressure) the clock stops: blocked_since_ns is set and
+  // both deadlines move on by the time spent blocked.
+  int64_t linger_deadline_ns = 0;  // 0 = not lingering
+  int64_t linger_limit_ns = 0;
+  int64_t blocked_since_ns = 0;
   std::deque<Chunk> chunks;  // [chunks.front().offset <= acked, produced)
 };
 
@@ -95,6 +165,8 @@ struct Agent::Command {
   uint32_t exec_status_events = 0;
   bool started = false;  // exec succeeded
   bool exited = false;   // main process reaped
+  // When the pipes began to linger (main process reaped and exec confirmed).
+  int64_t linger_start_ns = 0;
   bool timed_out = false;
   bool exit_sent = false;  // EXIT sent on the current connection
   int exit_code = -1;
@@ -248,8 +320,12 @@ int Agent::Run() {
 
 int Agent::NextTimeoutMs() const {
   int64_t next = INT64_MAX;
-  for (const auto& [s, c] : commands_)
+  for (const auto& [s, c] : commands_) {
     if (c->deadline_ns) next = std::min(next, c->deadline_ns);
+    for (const auto& o : c->out)
+      if (o.pipe && o.linger_deadline_ns && !o.blocked_since_ns)
+        next = std::min(next, o.linger_deadline_ns);
+  }
   if (shutting_down_) next = std::min(next, shutdown_deadline_ns_);
   if (opts_.fd >= 0 && !conn_live_) next = std::min(next, next_fd_poll_ns_);
   if (next == INT64_MAX) return -1;
@@ -517,6 +593,7 @@ void Agent::OnExecStatus(Command& c) {
     return;
   }
   c.started = true;
+  if (c.exited) StartLinger(c);  // reaped before its exec status was read
   // Request ids are per connection: a new host may already use this one for something
   // else. It learns about the command from HELLO instead.
   if (c.exec_conn == conn_gen_) Respond(c.exec_request, {{"ok", true}, {"pid", c.pid}});
@@ -565,6 +642,7 @@ bool Agent::SignalCommand(Command& c, int sig) {
 
 void Agent::ReadOutput(Command& c, int index) {
   Output& o = c.out[index];
+  const uint64_t produced_before = o.produced;
   for (int round = 0; !o.eof && round < 64; ++round) {
     uint64_t inflight = o.produced - o.acked;
     if (inflight >= opts_.window) break;
@@ -588,6 +666,58 @@ void Agent::ReadOutput(Command& c, int index) {
     SetInterest(o.pipe.get(), 0, 0, &o.events);
     o.pipe.Reset();
   }
+  if (o.linger_deadline_ns && !o.eof && o.produced != produced_before) {
+    // Output still flowing after the exit earns more time, but never past the limit: a
+    // detached process that writes forever must not keep the command open.
+    o.linger_deadline_ns = std::min(MonotonicNanos() + kOutputLingerNs, o.linger_limit_ns);
+  }
+}
+
+void Agent::StartLinger(Command& c) {
+  if (!c.started) return;  // OnExecStatus starts it once the exec is confirmed
+  int64_t now = MonotonicNanos();
+  c.linger_start_ns = now;
+  for (auto& o : c.out) {
+    if (!o.pipe || o.eof) continue;
+    o.linger_deadline_ns = now + kOutputLingerNs;
+    o.linger_limit_ns = now + kOutputLingerMaxNs;
+    o.blocked_since_ns = 0;  // UpdatePipeInterest stops the clock if the pipe is held up
+  }
+}
+
+void Agent::CheckLinger(Command& c, int64_t now) {
+  if (!c.started || !c.exited) return;
+  std::vector<ino_t> cut;
+  for (int i = 0; i < 2; ++i) {
+    Output& o = c.out[i];
+    if (!o.pipe || o.eof || !o.linger_deadline_ns || o.blocked_since_ns) continue;
+    if (now < o.linger_deadline_ns) continue;
+    // A last look: whatever the pipe holds now was written before the deadline.
+    ReadOutput(c, i);
+    if (o.eof) continue;
+    // Output is never dropped for backpressure: with the window full the pipe waits (and
+    // its clock stops) until the host has acknowledged enough to read on.
+    if (o.produced - o.acked >= opts_.window) continue;
+    now = MonotonicNanos();
+    if (now < o.linger_deadline_ns) continue;  // the last look found more output
+    struct stat st;
+    if (::fstat(o.pipe.get(), &st) == 0) cut.push_back(st.st_ino);
+    CutOutput(c, i, now);
+  }
+  if (!cut.empty()) KillPipeHolders(c.pid, cut, c.stream);
+}
+
+void Agent::CutOutput(Command& c, int index, int64_t now) {
+  Output& o = c.out[index];
+  SetInterest(o.pipe.get(), 0, 0, &o.events);
+  o.pipe.Reset();
+  o.eof = true;
+  AGENT_LOG_WARN(
+      "stream %u: %s still open %lld ms after the command exited (a background process "
+      "holds it); closed at %llu bytes",
+      c.stream, index == 0 ? "stdout" : "stderr",
+      static_cast<long long>((now - c.linger_start_ns) / 1'000'000),
+      static_cast<unsigned long long>(o.produced));
 }
 
 void Agent::OnAck(uint32_t stream, std::string_view payload) {
@@ -628,9 +758,23 @@ void Agent::OnStdin(uint32_t stream, std::string_view payload) {
   Command& c = *it->second;
   if (payload.empty()) {
     c.stdin_eof = true;
-  } else {
-    c.stdin_buf.append(payload.data(), payload.size());
+    FlushStdin(c);
+    return;
   }
+  if (c.stdin_buf.size() - c.stdin_pos + payload.size() > kMaxPendingStdin) {
+    FlushStdin(c);  // the command may have made room since the last EPOLLOUT
+    if (!c.stdin_pipe) return;
+    if (c.stdin_buf.size() - c.stdin_pos + payload.size() > kMaxPendingStdin) {
+      // There is no stdin credit in the protocol, so a host that ignores the limit
+      // would grow the agent without bound. The command keeps running; it reads what
+      // reached its pipe and then EOF.
+      AGENT_LOG_WARN("stream %u: over %llu bytes of stdin waiting; closing the command's stdin",
+                     c.stream, static_cast<unsigned long long>(kMaxPendingStdin));
+      CloseStdin(c);
+      return;
+    }
+  }
+  c.stdin_buf.append(payload.data(), payload.size());
   FlushStdin(c);
 }
 
@@ -693,6 +837,7 @@ bool Agent::Reap() {
       if (WIFEXITED(status)) c.exit_code = WEXITSTATUS(status);
       if (WIFSIGNALED(status)) c.term_signal = WTERMSIG(status);
       CloseStdin(c);
+      StartLinger(c);
       AGENT_LOG_DEBUG("stream %u: pid %d exited (code %d, signal %d)", c.stream, p, c.exit_code,
                       c.term_signal);
       continue;
@@ -726,6 +871,7 @@ void Agent::OnSignals() {
 void Agent::CheckDeadlines() {
   int64_t now = MonotonicNanos();
   for (auto& [s, c] : commands_) {
+    CheckLinger(*c, now);
     if (!c->deadline_ns || now < c->deadline_ns) continue;
     c->deadline_ns = 0;
     if (Finished(*c)) continue;
@@ -771,6 +917,7 @@ void Agent::Pump() {
 
 void Agent::UpdatePipeInterest() {
   bool out_full = conn_live_ && OutPending() >= kOutHighWater;
+  int64_t now = 0;
   for (auto& [stream, cp] : commands_) {
     Command& c = *cp;
     if (c.started) {
@@ -779,6 +926,18 @@ void Agent::UpdatePipeInterest() {
         bool want = o.pipe && !o.eof && o.produced - o.acked < opts_.window && !out_full;
         SetInterest(o.pipe.get(), Tag(static_cast<Kind>(kStdoutTag + i), stream),
                     want ? uint32_t{EPOLLIN} : 0u, &o.events);
+        if (!o.linger_deadline_ns || !o.pipe) continue;
+        // The linger clock runs only while the agent reads the pipe: output held up by
+        // the host is not cut off.
+        if (want == !o.blocked_since_ns) continue;
+        if (!now) now = MonotonicNanos();
+        if (!want) {
+          o.blocked_since_ns = now;
+        } else {
+          o.linger_deadline_ns += now - o.blocked_since_ns;
+          o.linger_limit_ns += now - o.blocked_since_ns;
+          o.blocked_since_ns = 0;
+        }
       }
     }
     bool want_stdin = c.stdin_pipe && c.stdin_pos < c.stdin_buf.size();

@@ -4,8 +4,11 @@
 // connection, a signalfd and every running command's pipes, all multiplexed by one
 // epoll instance on one thread. It keeps each command's unacknowledged output in memory
 // (bounded by the window) until the host ACKs it and retransmits it on every new
-// connection. Run() returns only on SIGTERM (after the commands are gone) or on a fatal
-// setup error. Not thread-safe: all methods run on the loop thread.
+// connection. Once a command's main process has exited, pipes that a leftover
+// background process keeps open are closed after a short grace period, so the command
+// still finishes; pending stdin is capped (both in docs/agent-protocol.md). Run() returns
+// only on SIGTERM (after the commands are gone) or on a fatal setup error. Not
+// thread-safe: all methods run on the loop thread.
 #pragma once
 
 #include <sys/types.h>
@@ -24,6 +27,13 @@
 namespace space::agent {
 
 inline constexpr char kAgentVersion[] = "space-agent 0.1";
+
+// After a command's main process is reaped, its output pipes get this long to reach EOF
+// (extended by output read meanwhile, up to kOutputLingerMaxNs in all); then the agent
+// closes them and reports the exit. Time spent not reading a pipe because of
+// backpressure does not count.
+inline constexpr int64_t kOutputLingerNs = 250'000'000;
+inline constexpr int64_t kOutputLingerMaxNs = 2'000'000'000;
 
 struct AgentOptions {
   std::string listen_path;          // unix socket to listen on, or
@@ -71,6 +81,9 @@ class Agent {
   // Commands.
   void OnExecStatus(Command& c);
   void ReadOutput(Command& c, int index);
+  void StartLinger(Command& c);
+  void CheckLinger(Command& c, int64_t now);
+  void CutOutput(Command& c, int index, int64_t now);
   void OnAck(uint32_t stream, std::string_view payload);
   void OnStdin(uint32_t stream, std::string_view payload);
   void FlushStdin(Command& c);

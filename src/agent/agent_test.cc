@@ -44,6 +44,37 @@ char ProcState(pid_t pid) {
   return stat[p + 2];
 }
 
+// Resident memory of a process in KiB (VmRSS), or -1.
+long RssKiB(pid_t pid) {
+  std::string status = ReadText("/proc/" + std::to_string(pid) + "/status");
+  size_t p = status.find("VmRSS:");
+  if (p == std::string::npos) return -1;
+  return std::strtol(status.c_str() + p + 6, nullptr, 10);
+}
+
+// Background processes a test's commands leave behind on purpose (detached from the
+// agent's reach): SIGKILLed at scope exit, even when the test fails. Pids come from
+// Add() or from a file the command wrote (one per line); a pid is killed only while its
+// command line still holds `name`, so a reused pid is left alone.
+class LeftoverKiller {
+ public:
+  LeftoverKiller(std::string pid_file, std::string name)
+      : pid_file_(std::move(pid_file)), name_(std::move(name)) {}
+  ~LeftoverKiller() {
+    std::istringstream in(ReadText(pid_file_));
+    for (pid_t p; in >> p;) pids_.push_back(p);
+    for (pid_t p : pids_) {
+      std::string cmdline = ReadText("/proc/" + std::to_string(p) + "/cmdline");
+      if (p > 0 && cmdline.find(name_) != std::string::npos) ::kill(p, SIGKILL);
+    }
+  }
+  void Add(pid_t p) { pids_.push_back(p); }
+
+ private:
+  std::string pid_file_, name_;
+  std::vector<pid_t> pids_;
+};
+
 // One connection to the agent. Frames not asked for yet wait in a backlog.
 class Client {
  public:
@@ -402,6 +433,40 @@ TEST_F(AgentTest, StdinFramesAndClose) {
   EXPECT_EQ(o.exit["exit_code"], 0);
 }
 
+// The host must keep less than 8 MiB of stdin waiting; past that the agent closes the
+// command's stdin instead of buffering without bound, and the command runs on.
+TEST_F(AgentTest, PendingStdinIsCapped) {
+  StartAgent();
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  ASSERT_EQ(Call(*c, {{"op", "ping"}}).json["ok"], true);
+  long rss_before = RssKiB(agent_.pid());
+  ASSERT_GT(rss_before, 0);
+  Json r = Exec(*c, 1, {{"argv", {"sleep", "5"}}, {"stdin", true}});
+  ASSERT_EQ(r["ok"], true) << r.dump();
+  pid_t sleeper = JsonIntOr(r, "pid", 0);
+  std::string mib(1 << 20, 'y');
+  for (int i = 0; i < 16; ++i) c->Send(FrameType::kStdin, 1, mib);
+  EXPECT_EQ(Call(*c, {{"op", "ping"}}).json["ok"], true);
+  long rss = RssKiB(agent_.pid());
+  std::printf("agent RSS: %ld KiB before, %ld KiB after 16 MiB of stdin\n", rss_before, rss);
+  EXPECT_LT(rss, 40 << 10);
+  EXPECT_LT(rss - rss_before, 14 << 10) << "the agent holds more than the cap";
+  char state = ProcState(sleeper);
+  EXPECT_TRUE(state != 0 && state != 'Z') << "the command did not keep running";
+  EXPECT_EQ(Call(*c, {{"op", "signal"}, {"stream", 1}, {"signal", 9}}).json["ok"], true);
+  auto o = Collect(*c, 1);
+  EXPECT_EQ(o.exit["signal"], 9);
+
+  // The command reads what reached its pipe, then EOF: it is not left waiting for more.
+  r = Exec(*c, 2, {{"shell", "sleep 0.3; wc -c"}, {"stdin", true}});
+  ASSERT_EQ(r["ok"], true) << r.dump();
+  for (int i = 0; i < 16; ++i) c->Send(FrameType::kStdin, 2, mib);
+  o = Collect(*c, 2);
+  EXPECT_EQ(o.exit["exit_code"], 0) << o.exit.dump();
+  EXPECT_LT(std::atol(o.out.c_str()), 1 << 20) << o.out;
+}
+
 TEST_F(AgentTest, SignalOp) {
   StartAgent();
   auto c = Connect();
@@ -440,6 +505,117 @@ TEST_F(AgentTest, TimeoutKillsTheProcessGroup) {
   EXPECT_LT(took, 5000);
   o = Run(*c, 5, {{"argv", {"true"}}, {"timeout_ms", 5000}});
   EXPECT_EQ(o.exit["timed_out"], false);
+}
+
+// A detached background process (its own session) inherits stdout and never closes it:
+// EOF never comes, yet the command must finish, shortly after its main process.
+TEST_F(AgentTest, DetachedProcessHoldingThePipesDoesNotKeepTheCommandOpen) {
+  StartAgent();
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  std::string pid_file = tmp_.path() + "/detached.pid";
+  LeftoverKiller cleanup(pid_file, "sleep");
+  int64_t t0 = NowMs();
+  auto o =
+      Run(*c, 1,
+          {{"shell", "(setsid sh -c 'echo $$ >" + pid_file + "; exec sleep 1000' &) ; echo done"}});
+  int64_t took = NowMs() - t0;
+  EXPECT_EQ(o.out, "done\n");
+  EXPECT_EQ(o.err, "");
+  EXPECT_EQ(o.exit["exit_code"], 0) << o.exit.dump();
+  EXPECT_EQ(o.exit["stdout_end"], 5);
+  EXPECT_EQ(o.exit["stderr_end"], 0);
+  EXPECT_GE(took, 200) << "the pipes get their grace period first";
+  EXPECT_LT(took, 1000);
+  // It left the command's process group: the agent took its pipes, not its life.
+  pid_t detached = std::atoi(ReadText(pid_file).c_str());
+  ASSERT_GT(detached, 0);
+  EXPECT_NE(ProcState(detached), 0);
+  EXPECT_EQ(Call(*c, {{"op", "ping"}}).json["ok"], true);
+
+  // A background child that finishes within the grace period is heard in full.
+  o = Run(*c, 2, {{"shell", "echo a; (sleep 0.1; echo b) & "}});
+  EXPECT_EQ(o.out, "a\nb\n");
+  EXPECT_EQ(o.exit["exit_code"], 0);
+  EXPECT_EQ(o.exit["stdout_end"], 4);
+}
+
+// A leftover that stayed in the command's process group and holds the pipes is killed
+// when they are closed; one that let go of them (redirected) is not touched.
+TEST_F(AgentTest, LeftoverHoldingThePipesInTheGroupIsKilled) {
+  StartAgent();
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  LeftoverKiller cleanup("", "sleep");
+  int64_t t0 = NowMs();
+  auto o = Run(*c, 1, {{"shell", "sleep 1000 >/dev/null 2>&1 & echo $!; sleep 1000 & echo $!"}});
+  int64_t took = NowMs() - t0;
+  std::istringstream in(o.out);
+  pid_t quiet = 0, holder = 0;
+  in >> quiet >> holder;
+  ASSERT_GT(quiet, 0) << o.out;
+  ASSERT_GT(holder, 0) << o.out;
+  cleanup.Add(quiet);
+  cleanup.Add(holder);
+  EXPECT_EQ(o.exit["exit_code"], 0) << o.exit.dump();
+  EXPECT_LT(took, 1000);
+  int64_t deadline = NowMs() + 3000;
+  while (ProcState(holder) != 0 && NowMs() < deadline) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(ProcState(holder), 0) << "the pipe holder in the group survived";
+  char state = ProcState(quiet);
+  EXPECT_TRUE(state != 0 && state != 'Z') << "a group member without the pipes was killed";
+}
+
+// Output held up by backpressure is never cut off by the grace period: its clock stops
+// while the window is full, so a host that is slow (or away) loses nothing.
+TEST_F(AgentTest, GracePeriodNeverDropsOutputHeldUpByTheWindow) {
+  constexpr uint64_t kWindow = 64 << 10;
+  constexpr size_t kSize = 600000;  // fits the command's 1 MiB pipe: it exits at once
+  StartAgent({"--window", std::to_string(kWindow)});
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  std::string pid_file = tmp_.path() + "/detached.pid";
+  LeftoverKiller cleanup(pid_file, "sleep");
+  Json r =
+      Exec(*c, 1,
+           {{"shell", "(setsid sh -c 'echo $$ >" + pid_file + "; exec sleep 1000' &); head -c " +
+                          std::to_string(kSize) + " /dev/zero | tr '\\0' x; echo end"}});
+  ASSERT_EQ(r["ok"], true) << r.dump();
+  // No ACKs for well over the grace period, then a reconnect.
+  std::this_thread::sleep_for(700ms);
+  c.reset();
+  Json hello;
+  c = Connect(&hello);
+  ASSERT_TRUE(c);
+  ASSERT_EQ(hello["commands"].size(), 1u) << hello.dump();
+  EXPECT_EQ(hello["commands"][0]["running"], false) << "the main process has not exited yet";
+  EXPECT_LE(hello["commands"][0]["stdout_produced"].get<uint64_t>(), kWindow);
+  auto o = Collect(*c, 1);
+  EXPECT_EQ(o.out.size(), kSize + 4);
+  EXPECT_TRUE(o.out == std::string(kSize, 'x') + "end\n") << "content differs";
+  EXPECT_EQ(o.overlap, 0u);
+  EXPECT_EQ(o.exit["stdout_end"], kSize + 4);
+  EXPECT_EQ(o.exit["exit_code"], 0);
+}
+
+// A detached process that keeps writing extends the grace period, but only up to 2 s.
+TEST_F(AgentTest, GracePeriodEndsEvenWhileOutputKeepsComing) {
+  StartAgent();
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  std::string pid_file = tmp_.path() + "/writer.pid";
+  LeftoverKiller cleanup(pid_file, "sh");
+  int64_t t0 = NowMs();
+  auto o = Run(*c, 1,
+               {{"shell", "(setsid sh -c 'echo $$ >" + pid_file +
+                              "; while :; do echo x; sleep 0.05; done' &) ; echo done"}});
+  int64_t took = NowMs() - t0;
+  EXPECT_EQ(o.exit["exit_code"], 0) << o.exit.dump();
+  EXPECT_EQ(o.out.substr(0, 5), "done\n");
+  EXPECT_GT(o.out.size(), 5u + 2 * 10) << "output after the exit was not read";
+  EXPECT_EQ(o.exit["stdout_end"], o.out.size());
+  EXPECT_GE(took, 1800);
+  EXPECT_LT(took, 3500);
 }
 
 TEST_F(AgentTest, OrphanedGrandchildIsReaped) {
@@ -952,6 +1128,17 @@ TEST_F(AgentTest, AsInitOfItsOwnNamespaces) {
   o = Run(*c, 3, {{"shell", "cat /proc/" + orphan + "/stat 2>/dev/null || echo gone"}});
   EXPECT_EQ(o.out, "gone\n") << "orphan " << orphan;
 
+  // A leftover holding the pipes is found through the namespace's /proc and killed.
+  int64_t t0 = NowMs();
+  o = Run(*c, 6, {{"shell", "sleep 1000 & echo $!"}});
+  EXPECT_LT(NowMs() - t0, 1000);
+  std::string holder = o.out.substr(0, o.out.find('\n'));
+  o = Run(*c, 7,
+          {{"shell", "for i in $(seq 100); do [ -e /proc/" + holder +
+                         " ] || break; sleep 0.02; done; cat /proc/" + holder +
+                         "/stat 2>/dev/null || echo gone"}});
+  EXPECT_EQ(o.out, "gone\n") << "pipe holder " << holder;
+
   // A process of the sandbox cannot take the host's place on the socket.
   if (sys::Exists("/usr/bin/perl")) {
     o = Run(*c, 5,
@@ -971,7 +1158,7 @@ TEST_F(AgentTest, AsInitOfItsOwnNamespaces) {
                                   std::to_string(agent_.pid()) + "/children");
   pid_t init = std::atoi(children.c_str());
   ASSERT_GT(init, 0) << children;
-  int64_t t0 = NowMs();
+  t0 = NowMs();
   ASSERT_EQ(::kill(init, SIGTERM), 0);
   auto st = agent_.Wait();  // unshare exits with its child
   ASSERT_TRUE(st);

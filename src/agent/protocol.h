@@ -23,6 +23,9 @@ inline constexpr size_t kHeaderSize = 9;                  // u32 length | u8 typ
 inline constexpr uint32_t kMaxPayload = 4u << 20;         // larger frames are a protocol error
 inline constexpr uint32_t kMaxDataChunk = 1u << 20;       // agent sends output in chunks <= this
 inline constexpr uint64_t kOutputWindow = 8ull << 20;     // unacknowledged bytes per output fd
+// STDIN bytes the agent holds for one command that has not read them yet: the host must
+// stay below it (the agent closes the command's stdin when a STDIN frame would exceed it).
+inline constexpr uint64_t kMaxPendingStdin = 8ull << 20;
 inline constexpr uint32_t kMaxFileChunk = 2u << 20;       // read/write body per request
 
 enum class FrameType : uint8_t {

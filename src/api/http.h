@@ -78,12 +78,14 @@ struct Ctx {
   Awaitable<void> EndChunked();
 
   // Runs fn() on the blocking pool and resumes on this connection's strand.
+  // Deliberately not a coroutine itself: g++ 12 mis-destroys closure temporaries inside
+  // co_await expressions of a coroutine, so the initiation lives in a plain function.
   template <class F>
   Awaitable<std::invoke_result_t<F>> Blocking(F fn) {
     using R = std::invoke_result_t<F>;
-    auto ex = co_await asio::this_coro::executor;
-    co_return co_await asio::async_initiate<decltype(asio::use_awaitable), void(R)>(
-        [pool = pool, ex, fn = std::move(fn)](auto handler) mutable {
+    return asio::async_initiate<decltype(asio::use_awaitable), void(R)>(
+        [pool = pool, fn = std::move(fn)](auto handler) mutable {
+          auto ex = asio::get_associated_executor(handler);
           asio::post(*pool, [ex, fn = std::move(fn), handler = std::move(handler)]() mutable {
             R r = fn();
             asio::post(ex, [handler = std::move(handler), r = std::move(r)]() mutable {

@@ -108,13 +108,15 @@ void PutU32(std::string* out, uint32_t v) {
 
 constexpr size_t kReadChunk = 1 << 20;
 
+using EmitFn = std::function<Awaitable<void>(OutputStream, uint64_t, std::string_view)>;
+using FinishFn = std::function<Awaitable<void>(const core::CommandInfo&)>;
+using KeepaliveFn = std::function<Awaitable<void>()>;
+
 // Streams both outputs of a command until it ends: `emit(stream, offset, bytes)` for data,
 // then `finish(info)`. Shared by the SSE and mux formats.
 Awaitable<void> StreamOutput(
-    Ctx& ctx, const std::string& sb, const std::string& cid, uint64_t out_off, uint64_t err_off,
-    const std::function<Awaitable<void>(OutputStream, uint64_t, std::string_view)>& emit,
-    const std::function<Awaitable<void>(const core::CommandInfo&)>& finish,
-    const std::function<Awaitable<void>()>& keepalive) {
+    Ctx& ctx, std::string sb, std::string cid, uint64_t out_off, uint64_t err_off,
+    const EmitFn& emit, const FinishFn& finish, const KeepaliveFn& keepalive) {
   core::Platform* p = ctx.platform;
   Ctx::Watcher w(ctx, "cmd:" + sb + ":" + cid);
   for (;;) {
@@ -249,7 +251,11 @@ Awaitable<bool> RouteCommands(Ctx& ctx) {
           co_await ctx.WriteChunk(rec);
         };
         auto keepalive = [&]() -> Awaitable<void> { co_return; };
-        co_await StreamOutput(ctx, sb, cid, *out_off, *err_off, emit, finish, keepalive);
+        // Named std::functions: no closure temporaries inside the co_await (g++ 12).
+        EmitFn emit_fn = emit;
+        FinishFn finish_fn = finish;
+        KeepaliveFn keepalive_fn = keepalive;
+        co_await StreamOutput(ctx, sb, cid, *out_off, *err_off, emit_fn, finish_fn, keepalive_fn);
         co_await ctx.EndChunked();
         co_return true;
       }
@@ -264,7 +270,10 @@ Awaitable<bool> RouteCommands(Ctx& ctx) {
         co_await ctx.WriteChunk("event: exit\ndata: " + CommandJson(info).dump() + "\n\n");
       };
       auto keepalive = [&]() -> Awaitable<void> { co_await ctx.WriteChunk(": keepalive\n\n"); };
-      co_await StreamOutput(ctx, sb, cid, *out_off, *err_off, emit, finish, keepalive);
+      EmitFn emit_fn = emit;
+      FinishFn finish_fn = finish;
+      KeepaliveFn keepalive_fn = keepalive;
+      co_await StreamOutput(ctx, sb, cid, *out_off, *err_off, emit_fn, finish_fn, keepalive_fn);
       co_await ctx.EndChunked();
       co_return true;
     }
@@ -327,7 +336,7 @@ Awaitable<bool> RouteCommands(Ctx& ctx) {
 
   if (s.size() == 6 && s[5] == "stdin" && ctx.method == "POST") {
     bool eof = ctx.Query("eof") == "1" || ctx.Query("eof") == "true";
-    auto body = co_await ctx.ReadBody(64u << 20);
+    auto body = co_await ctx.ReadBody(8u << 20);  // the agent buffers at most 8 MiB of stdin
     if (!body) {
       co_await ctx.ReplyError(body.error());
       co_return true;

@@ -71,8 +71,7 @@ Awaitable<bool> RouteFiles(Ctx& ctx) {
     }
     uint64_t off = 0;
     bool wrote = false;
-    auto st = co_await ctx.ReadBodyStream(
-        static_cast<size_t>(p->config().max_file_bytes),
+    std::function<Awaitable<Status>(std::string_view)> sink =
         [&](std::string_view piece) -> Awaitable<Status> {
           // Pieces can be larger than one agent message: split them.
           while (!piece.empty() || !wrote) {
@@ -87,7 +86,9 @@ Awaitable<bool> RouteFiles(Ctx& ctx) {
             piece.remove_prefix(n);
           }
           co_return Ok();
-        });
+        };
+    // (The sink is a named variable: no closure temporaries inside co_await, g++ 12.)
+    auto st = co_await ctx.ReadBodyStream(static_cast<size_t>(p->config().max_file_bytes), sink);
     if (st && !wrote) {
       st = co_await ctx.Blocking([&] { return p->WriteFileChunk(sb, path, 0, {}, true, mode); });
     }

@@ -37,6 +37,11 @@ struct Error {
   int sys_errno = 0;
   std::string message;
 
+  // User-provided constructors on purpose: g++ 12 destroys *aggregate* temporaries twice
+  // when they appear inside a co_await expression (a double free in the HTTP server).
+  Error() = default;
+  Error(Errc c, int err, std::string msg) : code(c), sys_errno(err), message(std::move(msg)) {}
+
   // Prefixes context: Error{.., "EPERM"}.Wrap("mount /proc") -> "mount /proc: EPERM".
   Error Wrap(std::string_view context) &&;
   Error Wrap(std::string_view context) const&;
