@@ -90,14 +90,16 @@ Awaitable<Result<store::OperationRecord>> AwaitOperation(Ctx& ctx, const std::st
 Awaitable<bool> RouteSandboxes(Ctx& ctx) {
   const auto& s = ctx.segments;
   core::Platform* p = ctx.platform;
-  int64_t wait_ms = WaitMillis(ctx);
-  if (wait_ms < 0) {
-    co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "bad wait duration \"" + ctx.Query("wait") + "\""});
-    co_return true;
-  }
+  int64_t wait_ms = WaitMillis(ctx);  // validated by the routes that take it
+  const bool bad_wait = wait_ms < 0;
+  const Error wait_error(Errc::kInvalidArgument, 0, "bad wait duration \"" + ctx.Query("wait") + "\"");
 
   if (s.size() == 2 && s[1] == "sandboxes") {
     if (ctx.method == "POST") {
+      if (bad_wait) {
+        co_await ctx.ReplyError(wait_error);
+        co_return true;
+      }
       auto body = co_await ctx.ReadJson();
       if (!body) {
         co_await ctx.ReplyError(body.error());
@@ -179,6 +181,10 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
       co_return true;
     }
     if (ctx.method == "DELETE") {
+      if (bad_wait) {
+        co_await ctx.ReplyError(wait_error);
+        co_return true;
+      }
       auto op = co_await ctx.Blocking([&] { return p->DeleteSandbox(id); });
       if (!op) {
         co_await ctx.ReplyError(op.error());
@@ -235,6 +241,10 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
   }
 
   if (s.size() == 3 && s[1] == "operations" && ctx.method == "GET") {
+    if (bad_wait) {
+      co_await ctx.ReplyError(wait_error);
+      co_return true;
+    }
     auto op = co_await AwaitOperation(ctx, s[2], wait_ms);
     if (!op) {
       co_await ctx.ReplyError(op.error());

@@ -87,6 +87,8 @@ Status BuildBaseTree(const std::string& dir, const std::string& busybox_path) {
                         "/var/tmp", "/run"}) {
     SPACE_TRY(sys::MkdirAll(dir + d, 0755));
   }
+  // The tree's root becomes the sandbox's "/": it must be traversable by every user.
+  if (::chmod(dir.c_str(), 0755) != 0) return ErrnoFail("chmod " + dir);
   ::chmod((dir + "/tmp").c_str(), 01777);
   ::chmod((dir + "/var/tmp").c_str(), 01777);
   ::chmod((dir + "/root").c_str(), 0700);

@@ -178,7 +178,7 @@ TEST_F(SandboxApiTest, ServerSentEventsStreamOutputAndExit) {
 TEST_F(SandboxApiTest, LargeOutputArrivesWhole) {
   // 64 MiB of pseudo-random bytes; the stored log must hash the same as inside.
   auto started = c().StartCommand(
-      sandbox_, {{"cmd", "head -c 67108864 /dev/urandom | tee /tmp/big | md5sum >&2"}});
+      sandbox_, {{"cmd", "head -c 67108864 /dev/urandom > /tmp/big && md5sum < /tmp/big >&2 && cat /tmp/big"}});
   ASSERT_TRUE(started);
   std::string cid = (*started)["id"];
   client::MuxOffsets off;
@@ -283,6 +283,7 @@ TEST_F(SandboxApiTest, BadRequestsGetClearErrors) {
   check("GET", sb + "/files?path=/etc", "", 400);
   check("GET", sb + "/files:list?path=/&depth=99", "", 400);
   check("GET", sb + "/operations?wait=forever", "", 404);
+  check("GET", "/v1/operations/op-x?wait=forever", "", 400);
   check("GET", "/v1/operations?limit=abc", "", 400);
   // The daemon is still fine.
   EXPECT_TRUE(c().Health());
