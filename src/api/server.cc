@@ -270,6 +270,9 @@ Awaitable<void> Server::Impl::Accept() {
       spdlog::warn("accept: {}", ec.message());
       continue;
     }
+    // Responses are often written in several small pieces (header, then chunks): without
+    // TCP_NODELAY, Nagle plus the client's delayed ACK adds ~40 ms to each.
+    socket.set_option(tcp::no_delay(true), ec);
     auto ex = socket.get_executor();
     asio::co_spawn(ex, Serve(std::move(socket)), asio::detached);
   }

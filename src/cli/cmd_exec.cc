@@ -122,6 +122,7 @@ int RunExec(Context& ctx, const ExecArgs& a) {
   sigaddset(&forwarded, SIGINT);
   sigaddset(&forwarded, SIGTERM);
   sigaddset(&forwarded, SIGHUP);
+  sigaddset(&forwarded, SIGUSR2);  // not forwarded: wakes the forwarder to exit promptly
   pthread_sigmask(SIG_BLOCK, &forwarded, nullptr);
 
   auto started = client.StartCommand(a.id, body);
@@ -135,7 +136,7 @@ int RunExec(Context& ctx, const ExecArgs& a) {
     const timespec tick{0, 100 * 1000 * 1000};
     while (!done.load()) {
       int sig = sigtimedwait(&forwarded, nullptr, &tick);
-      if (sig <= 0) continue;
+      if (sig <= 0 || sig == SIGUSR2) continue;
       if (sig == SIGINT && ++interrupts >= 2) {
         std::fprintf(stderr, "space: interrupted; %s keeps running in %s\n", cid.c_str(),
                      a.id.c_str());
@@ -173,6 +174,7 @@ int RunExec(Context& ctx, const ExecArgs& a) {
   done = true;
   (void)!::write(stop_w.get(), "x", 1);
   if (pump.joinable()) pump.join();
+  pthread_kill(forwarder.native_handle(), SIGUSR2);
   forwarder.join();
 
   if (!command) return ReportError(command.error());

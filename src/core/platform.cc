@@ -308,7 +308,9 @@ void Platform::Impl::RunCreate(std::shared_ptr<Sandbox> sb, store::OperationReco
     if (!rt) return Fail(Errc::kInvalidArgument, "runtime " + sb->rec.runtime + " is gone");
     const Json* lj = JsonField(sb->rec.spec, "limits");
     runtime::Limits limits = LimitsFromJson(lj ? *lj : Json::object());
+    const int64_t t0 = MonotonicNanos();
     auto root = storage->CreateRoot(sb->rec.id, DigestHex(digest), limits.disk_bytes);
+    const int64_t t1 = MonotonicNanos();
     if (!root) return tl::unexpected(std::move(root.error()).Wrap("create root filesystem"));
     runtime::InstanceSpec spec;
     spec.id = sb->rec.id;
@@ -331,7 +333,11 @@ void Platform::Impl::RunCreate(std::shared_ptr<Sandbox> sb, store::OperationReco
     }
     if (!have_path) spec.env.push_back(std::string("PATH=") + kDefaultPath);
     SPACE_TRY_WRAP(rt->Start(spec), "start " + sb->rec.runtime + " instance");
+    const int64_t t2 = MonotonicNanos();
     SPACE_TRY_WRAP(ConnectAgent(sb, config.agent_connect_timeout_ms), "connect to agent");
+    const int64_t t3 = MonotonicNanos();
+    spdlog::debug("create {}: root {:.1f} ms, start {:.1f} ms, agent {:.1f} ms", sb->rec.id,
+                  (t1 - t0) / 1e6, (t2 - t1) / 1e6, (t3 - t2) / 1e6);
     sb->rec.state = "running";
     sb->rec.reason.clear();
     return SaveSandbox(*sb);

@@ -96,6 +96,22 @@ int main(int argc, char** argv) {
   ::chmod(data_dir.c_str(), 0711);
   if (agent_binary.empty()) agent_binary = sys::SelfExeDir() + "/space-agent";
 
+  // Sandboxes run the agent from a copy inside the data dir: the build tree may sit below a
+  // directory the sandboxes' unprivileged root cannot traverse, and a rebuild must not
+  // swap the binary under running sandboxes.
+  {
+    auto bin = sys::ReadFile(agent_binary);
+    if (!bin) return Fatal("agent binary", bin.error());
+    std::string copy = data_dir + "/bin/space-agent";
+    auto old = sys::ReadFile(copy);
+    if (!old || *old != *bin) {
+      if (auto st = sys::MkdirAll(data_dir + "/bin", 0755); !st) return Fatal("agent copy", st.error());
+      ::chmod((data_dir + "/bin").c_str(), 0755);
+      if (auto st = sys::WriteFileAtomic(copy, *bin, 0755); !st) return Fatal("agent copy", st.error());
+    }
+    agent_binary = copy;
+  }
+
   auto key = LoadOrCreateApiKey(data_dir);
   if (!key) return Fatal("api key", key.error());
   auto store = store::Store::Open(data_dir + "/space.db");
