@@ -42,15 +42,34 @@ std::string EncodeFrame(FrameType type, uint32_t stream, std::string_view payloa
   return out;
 }
 
-Result<std::optional<Frame>> FrameDecoder::Next() {
-  if (failed_) return tl::unexpected(*failed_);
-  if (buf_.size() - pos_ < kHeaderSize) {
-    if (pos_ > 0) {
-      buf_.erase(0, pos_);
-      pos_ = 0;
-    }
-    return std::optional<Frame>();
+void FrameDecoder::Compact() {
+  if (pos_ == 0) return;
+  if (pos_ == end_) {
+    pos_ = end_ = 0;
+    return;
   }
+  // Move the unread tail to the front only when it is worth it (it is usually small).
+  if (pos_ >= (1u << 20) || pos_ * 2 >= end_) {
+    std::memmove(buf_.data(), buf_.data() + pos_, end_ - pos_);
+    end_ -= pos_;
+    pos_ = 0;
+  }
+}
+
+char* FrameDecoder::Prepare(size_t n) {
+  Compact();
+  if (buf_.size() < end_ + n) buf_.resize(end_ + n);
+  return buf_.data() + end_;
+}
+
+void FrameDecoder::Feed(std::string_view bytes) {
+  std::memcpy(Prepare(bytes.size()), bytes.data(), bytes.size());
+  Commit(bytes.size());
+}
+
+Result<std::optional<FrameView>> FrameDecoder::NextView() {
+  if (failed_) return tl::unexpected(*failed_);
+  if (end_ - pos_ < kHeaderSize) return std::optional<FrameView>();
   const char* h = buf_.data() + pos_;
   uint32_t len = GetU32(h);
   uint8_t type = static_cast<uint8_t>(h[4]);
@@ -63,17 +82,18 @@ Result<std::optional<Frame>> FrameDecoder::Next() {
     failed_ = Error{Errc::kInvalidArgument, 0, "unknown agent frame type " + std::to_string(type)};
     return tl::unexpected(*failed_);
   }
-  if (buf_.size() - pos_ < kHeaderSize + len) return std::optional<Frame>();
-  Frame f{static_cast<FrameType>(type), GetU32(h + 5), buf_.substr(pos_ + kHeaderSize, len)};
+  if (end_ - pos_ < kHeaderSize + len) return std::optional<FrameView>();
+  FrameView f{static_cast<FrameType>(type), GetU32(h + 5),
+              std::string_view(buf_.data() + pos_ + kHeaderSize, len)};
   pos_ += kHeaderSize + len;
-  if (pos_ == buf_.size()) {
-    buf_.clear();
-    pos_ = 0;
-  } else if (pos_ > (1u << 20)) {
-    buf_.erase(0, pos_);
-    pos_ = 0;
-  }
-  return std::optional<Frame>(std::move(f));
+  return std::optional<FrameView>(f);
+}
+
+Result<std::optional<Frame>> FrameDecoder::Next() {
+  auto v = NextView();
+  if (!v) return tl::unexpected(v.error());
+  if (!*v) return std::optional<Frame>();
+  return std::optional<Frame>(Frame{(*v)->type, (*v)->stream, std::string((*v)->payload)});
 }
 
 std::string EncodeMessage(const nlohmann::json& json, std::string_view body) {

@@ -53,17 +53,33 @@ std::string EncodeFrame(FrameType type, uint32_t stream, std::string_view payloa
 
 // Incremental decoder: Feed() bytes as they arrive, then Next() until it returns nullopt.
 // After an error the decoder stays failed (the connection must be closed).
+// A decoded frame whose payload points into the decoder's buffer: valid until the next
+// call of any FrameDecoder method.
+struct FrameView {
+  FrameType type;
+  uint32_t stream = 0;
+  std::string_view payload;
+};
+
 class FrameDecoder {
  public:
-  void Feed(std::string_view bytes) { buf_.append(bytes.data(), bytes.size()); }
+  void Feed(std::string_view bytes);
+  // Zero-copy input: returns space for at least `n` more bytes at the end of the buffer;
+  // after writing k of them there (e.g. with read(2)), call Commit(k).
+  char* Prepare(size_t n);
+  void Commit(size_t k) { end_ += k; }
   // Returns the next complete frame, nullopt if more bytes are needed, or an error for
   // an oversized frame or an unknown type.
   Result<std::optional<Frame>> Next();
-  size_t buffered() const { return buf_.size() - pos_; }
+  // Like Next() without copying the payload.
+  Result<std::optional<FrameView>> NextView();
+  size_t buffered() const { return end_ - pos_; }
 
  private:
-  std::string buf_;
+  void Compact();
+  std::string buf_;     // bytes [pos_, end_) are unread input; [end_, size) is spare room
   size_t pos_ = 0;
+  size_t end_ = 0;
   std::optional<Error> failed_;
 };
 

@@ -75,6 +75,8 @@ struct Ctx {
   Awaitable<void> StartChunked(int status, const std::string& content_type,
                                const std::vector<std::pair<std::string, std::string>>& headers = {});
   Awaitable<void> WriteChunk(std::string_view data);
+  // One chunk made of two pieces (e.g. a record header and its payload), without copying.
+  Awaitable<void> WriteChunk(std::string_view head, std::string_view data);
   Awaitable<void> EndChunked();
 
   // Runs fn() on the blocking pool and resumes on this connection's strand.

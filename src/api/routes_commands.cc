@@ -106,7 +106,7 @@ void PutU32(std::string* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
-constexpr size_t kReadChunk = 1 << 20;
+constexpr size_t kReadChunk = 4 << 20;
 
 using EmitFn = std::function<Awaitable<void>(OutputStream, uint64_t, std::string_view)>;
 using FinishFn = std::function<Awaitable<void>(const core::CommandInfo&)>;
@@ -119,8 +119,10 @@ Awaitable<void> StreamOutput(
     const EmitFn& emit, const FinishFn& finish, const KeepaliveFn& keepalive) {
   core::Platform* p = ctx.platform;
   Ctx::Watcher w(ctx, "cmd:" + sb + ":" + cid);
+  auto reader = p->OpenOutput(sb, cid);
+  if (!reader) co_return;
+  bool armed = false;
   for (;;) {
-    w.Arm();
     // Read the state first: if the command had ended, all its output is already stored.
     auto info = p->GetCommand(sb, cid);
     if (!info) co_return;
@@ -128,7 +130,7 @@ Awaitable<void> StreamOutput(
     for (OutputStream s : {OutputStream::kStdout, OutputStream::kStderr}) {
       uint64_t& off = s == OutputStream::kStdout ? out_off : err_off;
       for (int i = 0; i < 8; ++i) {
-        auto data = p->ReadOutput(sb, cid, s, off, kReadChunk);
+        auto data = (*reader)->Read(s, off, kReadChunk);
         if (!data || data->empty()) break;
         co_await emit(s, off, *data);
         off += data->size();
@@ -136,11 +138,21 @@ Awaitable<void> StreamOutput(
         if (data->size() < kReadChunk) break;
       }
     }
-    if (progressed) continue;
+    if (progressed) {
+      armed = false;  // keep reading while there is output; arm only when caught up
+      continue;
+    }
     if (info->ended()) {
       co_await finish(*info);
       co_return;
     }
+    if (!armed) {
+      // Arm, then look again: output stored between the read and the arm is not missed.
+      w.Arm();
+      armed = true;
+      continue;
+    }
+    armed = false;
     if (!co_await w.Wait(MonotonicNanos() + 15'000'000'000ll)) co_await keepalive();
   }
 }
@@ -236,12 +248,9 @@ Awaitable<bool> RouteCommands(Ctx& ctx) {
       if (format == "mux") {
         co_await ctx.StartChunked(200, "application/vnd.space.mux");
         auto emit = [&](OutputStream st, uint64_t, std::string_view data) -> Awaitable<void> {
-          std::string rec;
-          rec.reserve(5 + data.size());
-          rec.push_back(static_cast<char>(st));
-          PutU32(&rec, static_cast<uint32_t>(data.size()));
-          rec.append(data);
-          co_await ctx.WriteChunk(rec);
+          std::string head(1, static_cast<char>(st));
+          PutU32(&head, static_cast<uint32_t>(data.size()));
+          co_await ctx.WriteChunk(head, data);
         };
         auto finish = [&](const core::CommandInfo& info) -> Awaitable<void> {
           std::string j = CommandJson(info).dump();

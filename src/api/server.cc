@@ -198,6 +198,12 @@ Awaitable<void> Ctx::WriteChunk(std::string_view data) {
                              asio::use_awaitable);
 }
 
+Awaitable<void> Ctx::WriteChunk(std::string_view head, std::string_view data) {
+  std::array<asio::const_buffer, 2> bufs = {asio::buffer(head.data(), head.size()),
+                                            asio::buffer(data.data(), data.size())};
+  co_await asio::async_write(*stream, http::make_chunk(bufs), asio::use_awaitable);
+}
+
 Awaitable<void> Ctx::EndChunked() {
   co_await asio::async_write(*stream, http::make_chunk_last(), asio::use_awaitable);
   chunked_.reset();

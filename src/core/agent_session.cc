@@ -163,19 +163,20 @@ Status AgentSession::SendStdin(uint32_t stream, std::string_view bytes, bool eof
 
 void AgentSession::ReadLoop(const std::weak_ptr<AgentSession>& weak) {
   agent::FrameDecoder decoder;
-  std::string buf(1 << 20, '\0');
+  constexpr size_t kReadSize = 1 << 20;
   Error why{Errc::kUnavailable, 0, "agent closed the connection"};
   for (;;) {
-    ssize_t n = ::read(fd_.get(), buf.data(), buf.size());
+    // Read straight into the decoder's buffer: output frames are not copied again.
+    ssize_t n = ::read(fd_.get(), decoder.Prepare(kReadSize), kReadSize);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       if (n < 0) why = Error{Errc::kUnavailable, errno, std::string("agent read: ") + strerror(errno)};
       break;
     }
-    decoder.Feed(std::string_view(buf.data(), static_cast<size_t>(n)));
+    decoder.Commit(static_cast<size_t>(n));
     bool failed = false;
     for (;;) {
-      auto f = decoder.Next();
+      auto f = decoder.NextView();
       if (!f) {
         why = std::move(f.error()).Wrap("agent protocol error");
         failed = true;
@@ -190,6 +191,10 @@ void AgentSession::ReadLoop(const std::weak_ptr<AgentSession>& weak) {
       }
     }
     if (failed) break;
+    if (auto st = FlushAcks(); !st) {
+      why = st.error();
+      break;
+    }
   }
   {
     std::lock_guard lock(write_mu_);
@@ -207,7 +212,17 @@ void AgentSession::ReadLoop(const std::weak_ptr<AgentSession>& weak) {
   }
 }
 
-Status AgentSession::HandleFrame(Frame& f) {
+Status AgentSession::FlushAcks() {
+  if (pending_acks_.empty()) return Ok();
+  std::string wire;
+  for (const auto& [key, offset] : pending_acks_) {
+    agent::EncodeFrame(FrameType::kAck, key.first, agent::EncodeAck(key.second, offset), &wire);
+  }
+  pending_acks_.clear();
+  return Send(wire);
+}
+
+Status AgentSession::HandleFrame(const agent::FrameView& f) {
   switch (f.type) {
     case FrameType::kHello: {
       auto j = ParseJson(f.payload);
@@ -242,12 +257,15 @@ Status AgentSession::HandleFrame(Frame& f) {
         // retransmit from the last ACK on the next one.
         return tl::unexpected(std::move(size.error()).Wrap("agent output"));
       }
-      return Send(agent::EncodeFrame(FrameType::kAck, f.stream,
-                                     agent::EncodeAck(static_cast<uint8_t>(s), *size)));
+      // ACKs are sent once per read batch (FlushAcks), not once per frame.
+      uint64_t& acked = pending_acks_[{f.stream, static_cast<uint8_t>(s)}];
+      acked = std::max(acked, *size);
+      return Ok();
     }
     case FrameType::kExit: {
       auto j = ParseJson(f.payload);
       if (!j || !j->is_object()) return Fail(Errc::kInvalidArgument, "agent EXIT is not JSON");
+      SPACE_TRY(FlushAcks());
       auto st = handlers_.on_exit(f.stream, *j);
       if (!st) {
         if (st.error().code == Errc::kNotFound) {

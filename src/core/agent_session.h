@@ -55,9 +55,10 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
  private:
   AgentSession(sys::UniqueFd fd, Handlers handlers);
   void ReadLoop(const std::weak_ptr<AgentSession>& weak);
-  Status HandleFrame(agent::Frame& f);
+  Status HandleFrame(const agent::FrameView& f);
   Status Send(const std::string& wire);
   void FailPending(const Error& e);
+  Status FlushAcks();
 
   sys::UniqueFd fd_;
   Handlers handlers_;
@@ -71,6 +72,8 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
   uint32_t next_request_ = 1;
   std::map<uint32_t, std::optional<Result<agent::Message>>> pending_;
   std::optional<Json> hello_;
+  // Reader thread only: the highest durable offset per (stream, fd) not yet ACKed.
+  std::map<std::pair<uint32_t, uint8_t>, uint64_t> pending_acks_;
 };
 
 }  // namespace space::core

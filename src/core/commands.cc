@@ -166,6 +166,13 @@ Result<std::string> Platform::ReadOutput(const std::string& sandbox_id, const st
   return store::ReadOutput(impl_->LogDir(sandbox_id), cid, s, offset, max);
 }
 
+Result<std::unique_ptr<store::OutputReader>> Platform::OpenOutput(const std::string& sandbox_id,
+                                                                  const std::string& cid) {
+  if (!impl_->Find(sandbox_id)) return Fail(Errc::kNotFound, "no sandbox " + sandbox_id);
+  if (!IsValidId(cid, "cmd")) return Fail(Errc::kNotFound, "no command " + cid);
+  return std::make_unique<store::OutputReader>(impl_->LogDir(sandbox_id), cid);
+}
+
 Status Platform::WriteStdin(const std::string& sandbox_id, const std::string& cid,
                             std::string_view bytes, bool eof) {
   auto sb = impl_->Find(sandbox_id);

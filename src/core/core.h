@@ -131,6 +131,9 @@ class Platform {
   // Reads up to `max` stored bytes of a stream at `offset` (never waits).
   [[nodiscard]] Result<std::string> ReadOutput(const std::string& sandbox_id, const std::string& cid,
                                                store::OutputStream s, uint64_t offset, size_t max);
+  // A reader over a command's stored output that keeps its files open (for streams).
+  [[nodiscard]] Result<std::unique_ptr<store::OutputReader>> OpenOutput(const std::string& sandbox_id,
+                                                                        const std::string& cid);
   [[nodiscard]] Status WriteStdin(const std::string& sandbox_id, const std::string& cid,
                                   std::string_view bytes, bool eof);
   [[nodiscard]] Status Signal(const std::string& sandbox_id, const std::string& cid, int signal);

@@ -114,20 +114,11 @@ Status OutputLog::Sync() {
   return Ok();
 }
 
-Result<std::string> ReadOutput(const std::string& dir, const std::string& command_id,
-                               OutputStream s, uint64_t offset, size_t max) {
-  const std::string ctx = "read output " + command_id;
-  SPACE_TRY_WRAP(ValidateCommandId(command_id), ctx);
-  if (StreamIndex(s) < 0) return Fail(Errc::kInvalidArgument, ctx + ": invalid stream");
-  const std::string path = OutputPath(dir, command_id, s);
-  int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (raw < 0) {
-    if (errno == ENOENT) return std::string();
-    return ErrnoFail(ctx + ": open " + path);
-  }
-  sys::UniqueFd fd(raw);
+namespace {
+// Reads up to `max` bytes at `offset` from an open log file.
+Result<std::string> ReadAt(int fd, const std::string& ctx, uint64_t offset, size_t max) {
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoFail(ctx + ": fstat " + path);
+  if (::fstat(fd, &st) != 0) return ErrnoFail(ctx + ": fstat");
   uint64_t size = static_cast<uint64_t>(st.st_size);
   if (offset >= size || max == 0) return std::string();
   // Size the buffer from the file, not from `max` (which may be huge). The writer may
@@ -136,16 +127,44 @@ Result<std::string> ReadOutput(const std::string& dir, const std::string& comman
   std::string out(want, '\0');
   size_t got = 0;
   while (got < want) {
-    ssize_t n = ::pread(fd.get(), out.data() + got, want - got, static_cast<off_t>(offset + got));
+    ssize_t n = ::pread(fd, out.data() + got, want - got, static_cast<off_t>(offset + got));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoFail(ctx + ": pread " + path);
+      return ErrnoFail(ctx + ": pread");
     }
     if (n == 0) break;  // truncated under us; return what there is
     got += static_cast<size_t>(n);
   }
   out.resize(got);
   return out;
+}
+}  // namespace
+
+Result<std::string> ReadOutput(const std::string& dir, const std::string& command_id,
+                               OutputStream s, uint64_t offset, size_t max) {
+  OutputReader reader(dir, command_id);
+  return reader.Read(s, offset, max);
+}
+
+OutputReader::OutputReader(std::string dir, std::string command_id)
+    : dir_(std::move(dir)), command_id_(std::move(command_id)) {}
+
+Result<std::string> OutputReader::Read(OutputStream s, uint64_t offset, size_t max) {
+  const std::string ctx = "read output " + command_id_;
+  SPACE_TRY_WRAP(ValidateCommandId(command_id_), ctx);
+  int index = StreamIndex(s);
+  if (index < 0) return Fail(Errc::kInvalidArgument, ctx + ": invalid stream");
+  sys::UniqueFd& fd = fds_[index];
+  if (!fd) {
+    const std::string path = OutputPath(dir_, command_id_, s);
+    int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (raw < 0) {
+      if (errno == ENOENT) return std::string();  // nothing written yet
+      return ErrnoFail(ctx + ": open " + path);
+    }
+    fd.Reset(raw);
+  }
+  return ReadAt(fd.get(), ctx, offset, max);
 }
 
 uint64_t OutputSize(const std::string& dir, const std::string& command_id, OutputStream s) {

@@ -144,6 +144,19 @@ std::string OutputPath(const std::string& dir, const std::string& command_id, Ou
 // a missing file reads as empty.
 [[nodiscard]] Result<std::string> ReadOutput(const std::string& dir, const std::string& command_id,
                                              OutputStream s, uint64_t offset, size_t max);
+// Reads a command's output logs, keeping the files open between reads (for streaming).
+// Not thread-safe; one per reader.
+class OutputReader {
+ public:
+  OutputReader(std::string dir, std::string command_id);
+  // As ReadOutput(); a file that does not exist yet reads as empty.
+  [[nodiscard]] Result<std::string> Read(OutputStream s, uint64_t offset, size_t max);
+
+ private:
+  std::string dir_, command_id_;
+  sys::UniqueFd fds_[2];
+};
+
 // Current size of a stream's log file (0 if missing).
 uint64_t OutputSize(const std::string& dir, const std::string& command_id, OutputStream s);
 
