@@ -3,7 +3,7 @@
 # against it, and cleans up. Usage: bench/run.sh [space_bench args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=build/bin
+BIN=${BIN:-build/bin}
 DIR=$(mktemp -d /tmp/space-bench-XXXXXX)
 chmod 711 "$DIR"
 cleanup() {

@@ -118,8 +118,12 @@ TEST_F(OutputLogTest, ReopenContinuesAtSize) {
 TEST_F(OutputLogTest, FilesAreMode0600) {
   mode_t old = ::umask(0);
   auto log = OutputLog::Open(dir_, "cmd-1");
-  ::umask(old);
   ASSERT_TRUE(log);
+  // Files appear with the first byte of their stream.
+  EXPECT_FALSE(sys::Exists(OutputPath(dir_, "cmd-1", OutputStream::kStdout)));
+  ASSERT_TRUE((*log)->Append(OutputStream::kStdout, 0, "x"));
+  ASSERT_TRUE((*log)->Append(OutputStream::kStderr, 0, "y"));
+  ::umask(old);
   for (OutputStream s : {OutputStream::kStdout, OutputStream::kStderr}) {
     struct stat st;
     ASSERT_EQ(::stat(OutputPath(dir_, "cmd-1", s).c_str(), &st), 0);

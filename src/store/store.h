@@ -134,7 +134,8 @@ class OutputLog {
   [[nodiscard]] Status Sync();
 
  private:
-  sys::UniqueFd fds_[2];
+  std::string dir_, command_id_;
+  sys::UniqueFd fds_[2];   // opened (created) on the first Append of each stream
   uint64_t sizes_[2] = {0, 0};
 };
 
