@@ -175,9 +175,16 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
       auto sb = co_await ctx.Blocking([&] { return p->GetSandbox(id); });
       if (!sb) {
         co_await ctx.ReplyError(sb.error());
-      } else {
-        co_await ctx.Reply(200, SandboxJson(*sb));
+        co_return true;
       }
+      Json body = SandboxJson(*sb);
+      if (auto caps = p->CapabilitiesOf(id)) {
+        body["capabilities"] = {{"pause", caps->pause},
+                                {"pause_keeps_memory", caps->pause_keeps_memory},
+                                {"suspend_keeps_processes", caps->suspend_keeps_processes},
+                                {"snapshot_kinds", caps->snapshot_kinds}};
+      }
+      co_await ctx.Reply(200, body);
       co_return true;
     }
     if (ctx.method == "DELETE") {
@@ -212,6 +219,37 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
       co_return true;
     }
     co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "method not allowed"});
+    co_return true;
+  }
+
+  if (s.size() == 4 && s[1] == "sandboxes" &&
+      (s[3] == "pause" || s[3] == "resume" || s[3] == "suspend" || s[3] == "wake")) {
+    if (ctx.method != "POST") {
+      co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "method not allowed"});
+      co_return true;
+    }
+    if (bad_wait) {
+      co_await ctx.ReplyError(wait_error);
+      co_return true;
+    }
+    const std::string id = s[2], kind = s[3];
+    auto op = co_await ctx.Blocking([&] { return p->Transition(id, kind); });
+    if (!op) {
+      co_await ctx.ReplyError(op.error());
+      co_return true;
+    }
+    if (wait_ms > 0) {
+      auto done = co_await AwaitOperation(ctx, op->id, wait_ms);
+      if (done) *op = *done;
+      if (op->state == "failed") {
+        co_await ctx.ReplyError(Error{ErrcFromName(op->error_code), 0, op->error_message});
+        co_return true;
+      }
+    }
+    auto sb = co_await ctx.Blocking([&] { return p->GetSandbox(id); });
+    Json body = {{"operation", OperationJson(*op)}};
+    if (sb) body["sandbox"] = SandboxJson(*sb);
+    co_await ctx.Reply(Finished(*op) ? 200 : 202, body);
     co_return true;
   }
 

@@ -116,6 +116,15 @@ class Platform {
   [[nodiscard]] Result<std::vector<store::SandboxRecord>> ListSandboxes(const SandboxFilter& f);
   [[nodiscard]] Result<store::SandboxRecord> GetSandbox(const std::string& id);
   [[nodiscard]] Result<store::OperationRecord> DeleteSandbox(const std::string& id);
+  // Lifecycle transitions, each an operation: "pause" (running -> paused, processes
+  // frozen), "resume" (paused -> running), "suspend" (running|paused -> suspended: the
+  // filesystem stays on disk, processes are stopped — see Capabilities), "wake"
+  // (suspended -> running). kConflict for an illegal transition or while another
+  // operation on the sandbox is in progress.
+  [[nodiscard]] Result<store::OperationRecord> Transition(const std::string& id,
+                                                          const std::string& kind);
+  // What the sandbox's runtime can keep across pause/suspend/snapshot.
+  [[nodiscard]] Result<runtime::Capabilities> CapabilitiesOf(const std::string& id);
 
   // Operations.
   [[nodiscard]] Result<store::OperationRecord> GetOperation(const std::string& id);

@@ -21,6 +21,9 @@
 
 namespace space::core {
 
+// The runtime spec of a sandbox's instance, from its record and root filesystem.
+runtime::InstanceSpec InstanceSpecFor(const store::SandboxRecord& rec, const std::string& rootfs);
+
 struct Command {
   std::mutex mu;
   store::CommandRecord rec;
@@ -32,6 +35,7 @@ struct Platform::Sandbox {
   store::SandboxRecord rec;
   std::shared_ptr<AgentSession> session;
   uint32_t next_stream = 1;
+  std::string busy_op;  // id of the queued/running transition, guarded by mu
 
   std::mutex cmd_mu;  // guards the maps below
   std::map<uint32_t, std::shared_ptr<Command>> by_stream;       // live commands
@@ -79,6 +83,8 @@ struct Platform::Impl {
 
   void RunCreate(std::shared_ptr<Sandbox> sb, store::OperationRecord op, std::string digest);
   void RunDelete(std::shared_ptr<Sandbox> sb, store::OperationRecord op);
+  // pause / resume / suspend / wake (lifecycle.cc). Caller marked sb busy.
+  void RunTransition(std::shared_ptr<Sandbox> sb, store::OperationRecord op);
   // Releases every resource of a sandbox and deletes its records. Caller holds sb->mu.
   Status Teardown(Sandbox& sb);
 };

@@ -35,6 +35,38 @@ runtime::Limits LimitsFromJson(const Json& j) {
   return l;
 }
 
+}  // namespace
+
+runtime::InstanceSpec InstanceSpecFor(const store::SandboxRecord& rec, const std::string& rootfs) {
+  runtime::InstanceSpec spec;
+  spec.id = rec.id;
+  spec.rootfs = rootfs;
+  spec.hostname = "sandbox";
+  const Json* lj = JsonField(rec.spec, "limits");
+  spec.limits = LimitsFromJson(lj ? *lj : Json::object());
+  spec.network = JsonBoolOr(rec.spec, "network", false);
+  bool have_path = false;
+  if (const Json* tc = JsonField(rec.spec, "template_config")) {
+    if (const Json* env = JsonField(*tc, "env"); env && env->is_array()) {
+      for (const auto& e : *env) {
+        if (!e.is_string()) continue;
+        spec.env.push_back(e.get<std::string>());
+        if (StartsWith(spec.env.back(), "PATH=")) have_path = true;
+      }
+    }
+  }
+  if (const Json* env = JsonField(rec.spec, "env"); env && env->is_object()) {
+    for (const auto& [k, v] : env->items()) {
+      if (v.is_string()) spec.env.push_back(k + "=" + v.get<std::string>());
+      if (k == "PATH") have_path = true;
+    }
+  }
+  if (!have_path) spec.env.push_back(std::string("PATH=") + kDefaultPath);
+  return spec;
+}
+
+namespace {
+
 Status ValidateEnvKey(const std::string& k) {
   if (k.empty() || k.size() > 1024 || k.find('=') != std::string::npos ||
       k.find('\0') != std::string::npos)
@@ -312,26 +344,7 @@ void Platform::Impl::RunCreate(std::shared_ptr<Sandbox> sb, store::OperationReco
     auto root = storage->CreateRoot(sb->rec.id, DigestHex(digest), limits.disk_bytes);
     const int64_t t1 = MonotonicNanos();
     if (!root) return tl::unexpected(std::move(root.error()).Wrap("create root filesystem"));
-    runtime::InstanceSpec spec;
-    spec.id = sb->rec.id;
-    spec.rootfs = *root;
-    spec.hostname = "sandbox";
-    spec.limits = limits;
-    spec.network = JsonBoolOr(sb->rec.spec, "network", false);
-    bool have_path = false;
-    const Json& tc = sb->rec.spec["template_config"];
-    if (const Json* env = JsonField(tc, "env"); env && env->is_array()) {
-      for (const auto& e : *env) {
-        if (!e.is_string()) continue;
-        spec.env.push_back(e.get<std::string>());
-        if (StartsWith(spec.env.back(), "PATH=")) have_path = true;
-      }
-    }
-    for (const auto& [k, v] : sb->rec.spec["env"].items()) {
-      if (v.is_string()) spec.env.push_back(k + "=" + v.get<std::string>());
-      if (k == "PATH") have_path = true;
-    }
-    if (!have_path) spec.env.push_back(std::string("PATH=") + kDefaultPath);
+    runtime::InstanceSpec spec = InstanceSpecFor(sb->rec, *root);
     SPACE_TRY_WRAP(rt->Start(spec), "start " + sb->rec.runtime + " instance");
     const int64_t t2 = MonotonicNanos();
     SPACE_TRY_WRAP(ConnectAgent(sb, config.agent_connect_timeout_ms), "connect to agent");
@@ -561,7 +574,7 @@ Result<store::OperationRecord> Platform::DeleteSandbox(const std::string& id) {
   {
     // try_lock: a transition in progress holds the lock; answer 409 instead of waiting.
     std::unique_lock l(sb->mu, std::try_to_lock);
-    if (!l.owns_lock() || sb->rec.state == "creating")
+    if (!l.owns_lock() || sb->rec.state == "creating" || !sb->busy_op.empty())
       return Fail(Errc::kConflict, "sandbox " + id + " is " +
                                        (l.owns_lock() ? sb->rec.state : "busy") +
                                        "; try again when the current operation ends");
@@ -693,7 +706,13 @@ Status Platform::Recover() {
         SPACE_TRY(impl.SaveSandbox(*sb));
       }
     } else {
-      // error / suspended: no instance should run. Keep the sandbox's mutable state.
+      // error / suspended (and an interrupted suspend or wake, which end suspended): no
+      // instance should run; the root filesystem is kept.
+      if (rec.state == "suspending" || rec.state == "waking") {
+        sb->rec.state = "suspended";
+        sb->rec.reason = rec.state == "waking" ? "wake was interrupted by a daemon restart" : "";
+        SPACE_TRY(impl.SaveSandbox(*sb));
+      }
       sb->next_stream = 1;
       SPACE_TRY(impl.LoadLiveCommands(*sb));
       impl.LoseCommands(*sb, "the sandbox is in state " + rec.state);

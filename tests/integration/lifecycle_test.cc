@@ -1,0 +1,145 @@
+// Lifecycle transitions of a real sandbox: pause/resume (frozen, nothing lost),
+// suspend/wake (filesystem kept, processes stopped and reported lost), illegal and
+// concurrent transitions, and suspended sandboxes across a daemon crash.
+#include "tests/integration/harness.h"
+
+namespace space::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+Result<Json> Act(client::Client& c, const std::string& id, const std::string& action) {
+  return c.Call("POST", "/v1/sandboxes/" + id + "/" + action + "?wait=60s");
+}
+
+std::string Counter(int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += std::to_string(i) + "\n";
+  return s;
+}
+
+TEST(LifecycleTest, PauseFreezesAndResumeLosesNothing) {
+  SPACE_REQUIRE_SANDBOXES();
+  Daemon d;
+  ASSERT_TRUE(d.Start());
+  auto& c = d.client();
+  std::string id = CreateSandbox(c);
+  ASSERT_FALSE(id.empty());
+  auto caps = c.GetSandbox(id);
+  ASSERT_TRUE(caps);
+  EXPECT_EQ((*caps)["capabilities"]["pause_keeps_memory"], true);
+  EXPECT_EQ((*caps)["capabilities"]["suspend_keeps_processes"], false);
+  auto started = c.StartCommand(
+      id, {{"cmd", "i=0; while [ $i -lt 40 ]; do echo $i; i=$((i+1)); sleep 0.05; done"}});
+  ASSERT_TRUE(started);
+  std::string cid = (*started)["id"];
+  std::this_thread::sleep_for(300ms);
+
+  auto paused = Act(c, id, "pause");
+  ASSERT_TRUE(paused) << paused.error().message;
+  EXPECT_EQ((*paused)["sandbox"]["state"], "paused");
+  auto before = c.GetCommand(id, cid);
+  ASSERT_TRUE(before);
+  std::this_thread::sleep_for(500ms);
+  auto during = c.GetCommand(id, cid);
+  ASSERT_TRUE(during);
+  EXPECT_EQ((*during)["stdout_size"], (*before)["stdout_size"]) << "a paused sandbox made progress";
+  EXPECT_EQ((*during)["state"], "running");
+  // No new commands or file access while frozen.
+  auto refused = c.StartCommand(id, {{"cmd", "true"}});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::kConflict);
+  auto again = Act(c, id, "pause");
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, Errc::kConflict);
+
+  auto resumed = Act(c, id, "resume");
+  ASSERT_TRUE(resumed) << resumed.error().message;
+  EXPECT_EQ((*resumed)["sandbox"]["state"], "running");
+  auto done = c.GetCommand(id, cid, 30s);
+  ASSERT_TRUE(done);
+  EXPECT_EQ((*done)["state"], "exited");
+  auto out = c.ReadOutput(id, cid, "stdout", 0);
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->bytes, Counter(40));
+}
+
+TEST(LifecycleTest, SuspendKeepsFilesAndWakeRuns) {
+  SPACE_REQUIRE_SANDBOXES();
+  Daemon d;
+  ASSERT_TRUE(d.Start());
+  auto& c = d.client();
+  std::string id = CreateSandbox(c);
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(c.WriteFile(id, "/root/work.txt", "precious"));
+  auto sleeper = c.StartCommand(id, {{"argv", {"sleep", "1000"}}});
+  ASSERT_TRUE(sleeper);
+  std::string cid = (*sleeper)["id"];
+
+  auto suspended = Act(c, id, "suspend");
+  ASSERT_TRUE(suspended) << suspended.error().message;
+  EXPECT_EQ((*suspended)["sandbox"]["state"], "suspended");
+  auto lost = c.GetCommand(id, cid);
+  ASSERT_TRUE(lost);
+  EXPECT_EQ((*lost)["state"], "lost");
+  EXPECT_NE((*lost)["reason"].get<std::string>().find("suspended"), std::string::npos);
+  auto refused = c.StartCommand(id, {{"cmd", "true"}});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::kConflict);
+  for (const char* illegal : {"pause", "resume", "suspend"}) {
+    auto r = Act(c, id, illegal);
+    ASSERT_FALSE(r) << illegal;
+    EXPECT_EQ(r.error().code, Errc::kConflict) << illegal;
+  }
+
+  // Suspended sandboxes survive a daemon crash.
+  d.Kill();
+  ASSERT_TRUE(d.Start());
+  auto& c2 = d.client();
+  auto sb = c2.GetSandbox(id);
+  ASSERT_TRUE(sb);
+  EXPECT_EQ((*sb)["state"], "suspended");
+
+  auto woken = Act(c2, id, "wake");
+  ASSERT_TRUE(woken) << woken.error().message;
+  EXPECT_EQ((*woken)["sandbox"]["state"], "running");
+  auto file = c2.ReadFile(id, "/root/work.txt");
+  ASSERT_TRUE(file) << file.error().message;
+  EXPECT_EQ(*file, "precious");
+  auto r = c2.Run(id, std::vector<std::string>{"cat", "/root/work.txt"});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->out, "precious");
+  auto wake_again = Act(c2, id, "wake");
+  ASSERT_FALSE(wake_again);
+  EXPECT_EQ(wake_again.error().code, Errc::kConflict);
+}
+
+TEST(LifecycleTest, ConcurrentTransitionsAreRefused) {
+  SPACE_REQUIRE_SANDBOXES();
+  Daemon d;
+  ASSERT_TRUE(d.Start());
+  auto& c = d.client();
+  std::string id = CreateSandbox(c);
+  ASSERT_FALSE(id.empty());
+  // Fire a suspend without waiting, then immediately ask for more.
+  auto first = c.Call("POST", "/v1/sandboxes/" + id + "/suspend");
+  ASSERT_TRUE(first);
+  auto second = c.Call("POST", "/v1/sandboxes/" + id + "/pause");
+  auto del = c.DeleteSandbox(id);
+  // Either refused while busy, or (if the suspend already finished) refused as illegal.
+  ASSERT_FALSE(second);
+  EXPECT_EQ(second.error().code, Errc::kConflict);
+  auto op = c.WaitOperation((*first)["operation"]["id"].get<std::string>(), 60s);
+  ASSERT_TRUE(op);
+  EXPECT_EQ((*op)["state"], "succeeded");
+  if (!del) {
+    EXPECT_EQ(del.error().code, Errc::kConflict);
+    EXPECT_TRUE(c.DeleteSandboxAndWait(id, 60s));
+  }
+  auto bogus = c.Call("POST", "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/pause");
+  ASSERT_FALSE(bogus);
+  EXPECT_EQ(bogus.error().code, Errc::kNotFound);
+}
+
+}  // namespace
+}  // namespace space::testing
