@@ -21,8 +21,9 @@ Result<std::map<std::string, std::string>> StringMap(const Json& body, const cha
 Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   core::CreateSandboxRequest req;
   for (const auto& [k, v] : body.items()) {
-    static const std::set<std::string> kKnown = {"template", "runtime", "limits", "env",
-                                                 "metadata", "network", "timeout"};
+    static const std::set<std::string> kKnown = {"template", "runtime",    "limits",
+                                                 "env",      "metadata",   "network",
+                                                 "timeout",  "on_timeout", "idle_timeout"};
     if (!kKnown.count(k)) return Fail(Errc::kInvalidArgument, "unknown field \"" + k + "\"");
   }
   if (const Json* t = JsonField(body, "template")) {
@@ -64,6 +65,22 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   if (const Json* n = JsonField(body, "network")) {
     if (!n->is_boolean()) return Fail(Errc::kInvalidArgument, "network must be a boolean");
     req.network = n->get<bool>();
+  }
+  for (const char* key : {"timeout", "idle_timeout"}) {
+    if (const Json* t = JsonField(body, key)) {
+      if (!t->is_number() || t->get<double>() < 0 || t->get<double>() > 366.0 * 24 * 3600)
+        return Fail(Errc::kInvalidArgument, std::string(key) + " must be seconds (0 = none)");
+      int64_t secs = static_cast<int64_t>(t->get<double>());
+      if (std::string(key) == "timeout") {
+        req.timeout_s = secs;
+      } else {
+        req.idle_timeout_s = secs;
+      }
+    }
+  }
+  if (const Json* o = JsonField(body, "on_timeout")) {
+    if (!o->is_string()) return Fail(Errc::kInvalidArgument, "on_timeout must be a string");
+    req.on_timeout = o->get<std::string>();
   }
   return req;
 }
@@ -219,6 +236,33 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
       co_return true;
     }
     co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "method not allowed"});
+    co_return true;
+  }
+
+  if (s.size() == 4 && s[1] == "sandboxes" && s[3] == "timeout") {
+    if (ctx.method != "POST") {
+      co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "method not allowed"});
+      co_return true;
+    }
+    auto body = co_await ctx.ReadJson();
+    if (!body) {
+      co_await ctx.ReplyError(body.error());
+      co_return true;
+    }
+    const Json* t = JsonField(*body, "timeout");
+    if (!t || !t->is_number() || t->get<double>() < 0) {
+      co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "timeout (seconds, 0 = none) is required"});
+      co_return true;
+    }
+    int64_t secs = static_cast<int64_t>(t->get<double>());
+    std::string on_timeout = JsonStringOr(*body, "on_timeout", "");
+    const std::string id = s[2];
+    auto rec = co_await ctx.Blocking([&] { return p->SetTimeout(id, secs, on_timeout); });
+    if (!rec) {
+      co_await ctx.ReplyError(rec.error());
+    } else {
+      co_await ctx.Reply(200, SandboxJson(*rec));
+    }
     co_return true;
   }
 

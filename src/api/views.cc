@@ -19,6 +19,10 @@ Json SandboxJson(const store::SandboxRecord& r) {
           {"env", env ? *env : Json::object()},
           {"metadata", r.metadata},
           {"network", JsonBoolOr(r.spec, "network", false)},
+          {"timeout", JsonIntOr(r.spec, "timeout_s", 0)},
+          {"on_timeout", JsonStringOr(r.spec, "on_timeout", "delete")},
+          {"idle_timeout", JsonIntOr(r.spec, "idle_timeout_s", 0)},
+          {"expires_at", TimeOrNull(JsonIntOr(r.spec, "expires_ms", 0))},
           {"created_at", TimeOrNull(r.created_ms)},
           {"updated_at", TimeOrNull(r.updated_ms)}};
 }

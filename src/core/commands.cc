@@ -74,6 +74,7 @@ Result<CommandInfo> Platform::StartCommand(const std::string& sandbox_id,
   SPACE_TRY(ValidateCommand(req));
   auto sb = impl_->Find(sandbox_id);
   if (!sb) return Fail(Errc::kNotFound, "no sandbox " + sandbox_id);
+  sb->last_activity_ms = NowUnixMillis();
   std::lock_guard lock(sb->mu);
   if (sb->rec.state != "running")
     return Fail(Errc::kConflict, "sandbox " + sandbox_id + " is " + sb->rec.state + ", not running");
@@ -230,6 +231,7 @@ Result<agent::Message> FileCall(Platform::Impl& impl, const std::string& sandbox
                                 const Json& req, std::string_view body = {}) {
   auto sb = impl.Find(sandbox_id);
   if (!sb) return Fail(Errc::kNotFound, "no sandbox " + sandbox_id);
+  sb->last_activity_ms = NowUnixMillis();
   auto session = LiveSession(*sb);
   if (!session) return tl::unexpected(session.error());
   return (*session)->Call(req, body, impl.config.agent_request_timeout_ms);

@@ -39,6 +39,8 @@ struct Config {
   int64_t agent_request_timeout_ms = 30000;
   int worker_threads = 4;
   uint32_t uid_shift = 1000000;              // template files are owned by root + shift
+  int64_t default_timeout_s = 300;           // sandbox lifetime unless asked otherwise
+  int64_t reaper_interval_ms = 500;          // how often timeouts are checked
 };
 
 // Keys for Watch(): "op:<id>", "cmd:<sandbox>:<command>", "sb:<id>".
@@ -63,6 +65,9 @@ struct CreateSandboxRequest {
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> metadata;
   bool network = false;
+  int64_t timeout_s = -1;            // -1 = Config::default_timeout_s; 0 = none
+  std::string on_timeout;            // delete (default) | pause | suspend
+  int64_t idle_timeout_s = 0;        // 0 = none
 };
 
 struct SandboxFilter {
@@ -123,6 +128,10 @@ class Platform {
   // operation on the sandbox is in progress.
   [[nodiscard]] Result<store::OperationRecord> Transition(const std::string& id,
                                                           const std::string& kind);
+  // Sets a sandbox's timeout: it expires `timeout_s` from now (0 = never), then
+  // `on_timeout` ("" keeps the current action) is applied.
+  [[nodiscard]] Result<store::SandboxRecord> SetTimeout(const std::string& id, int64_t timeout_s,
+                                                        const std::string& on_timeout);
   // What the sandbox's runtime can keep across pause/suspend/snapshot.
   [[nodiscard]] Result<runtime::Capabilities> CapabilitiesOf(const std::string& id);
 

@@ -6,6 +6,7 @@
 // Sandbox::mu may block on an agent Call().
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -36,6 +37,7 @@ struct Platform::Sandbox {
   std::shared_ptr<AgentSession> session;
   uint32_t next_stream = 1;
   std::string busy_op;  // id of the queued/running transition, guarded by mu
+  std::atomic<int64_t> last_activity_ms{0};  // idle timeout (in memory; reset on restart)
 
   std::mutex cmd_mu;  // guards the maps below
   std::map<uint32_t, std::shared_ptr<Command>> by_stream;       // live commands
@@ -61,6 +63,11 @@ struct Platform::Impl {
 
   void Enqueue(std::function<void()> job);
   void WorkerLoop();
+
+  // Timeouts: a reaper thread applies each expired sandbox's on_timeout action.
+  std::thread reaper;
+  void ReaperLoop();
+  void ReapOnce();
 
   std::shared_ptr<Sandbox> Find(const std::string& id);
   runtime::Runtime* RuntimeFor(const store::SandboxRecord& rec);

@@ -128,6 +128,12 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
       return SaveSandbox(*sb);
     };
     st = run();
+    if (st && (op.kind == "resume" || op.kind == "wake")) {
+      int64_t timeout_s = JsonIntOr(sb->rec.spec, "timeout_s", 0);
+      sb->rec.spec["expires_ms"] = timeout_s > 0 ? NowUnixMillis() + timeout_s * 1000 : 0;
+      sb->last_activity_ms = NowUnixMillis();
+      (void)SaveSandbox(*sb);
+    }
     if (!st) {
       // Roll back to a definite state: what the runtime really says.
       if (op.kind == "wake" || op.kind == "suspend") {
@@ -154,6 +160,90 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
     sb->busy_op.clear();
   }
   FinishOperation(op, st, {{"sandbox_id", sb->rec.id}});
+}
+
+}  // namespace space::core
+
+namespace space::core {
+
+// ---------------------------------------------------------------- timeouts
+
+Result<store::SandboxRecord> Platform::SetTimeout(const std::string& id, int64_t timeout_s,
+                                                  const std::string& on_timeout) {
+  if (timeout_s < 0 || timeout_s > 366ll * 24 * 3600)
+    return Fail(Errc::kInvalidArgument, "timeout must be 0 (none) .. one year, in seconds");
+  if (!on_timeout.empty() && on_timeout != "delete" && on_timeout != "pause" &&
+      on_timeout != "suspend")
+    return Fail(Errc::kInvalidArgument, "on_timeout must be delete, pause or suspend");
+  auto sb = impl_->Find(id);
+  if (!sb) return Fail(Errc::kNotFound, "no sandbox " + id);
+  std::lock_guard l(sb->mu);
+  if (sb->rec.state == "deleting" || sb->rec.state == "deleted")
+    return Fail(Errc::kConflict, "sandbox " + id + " is " + sb->rec.state);
+  sb->rec.spec["timeout_s"] = timeout_s;
+  if (!on_timeout.empty()) sb->rec.spec["on_timeout"] = on_timeout;
+  sb->rec.spec["expires_ms"] = timeout_s > 0 ? NowUnixMillis() + timeout_s * 1000 : 0;
+  SPACE_TRY(impl_->SaveSandbox(*sb));
+  return sb->rec;
+}
+
+void Platform::Impl::ReaperLoop() {
+  for (;;) {
+    {
+      std::unique_lock lock(q_mu);
+      q_cv.wait_for(lock, std::chrono::milliseconds(config.reaper_interval_ms),
+                    [&] { return stopping; });
+      if (stopping) return;
+    }
+    ReapOnce();
+  }
+}
+
+void Platform::Impl::ReapOnce() {
+  std::vector<std::shared_ptr<Sandbox>> all;
+  {
+    std::lock_guard lock(mu);
+    for (auto& [id, sb] : sandboxes) all.push_back(sb);
+  }
+  const int64_t now = NowUnixMillis();
+  for (auto& sb : all) {
+    std::string id, action, why;
+    {
+      std::unique_lock l(sb->mu, std::try_to_lock);
+      if (!l.owns_lock() || !sb->busy_op.empty()) continue;  // busy: look again next round
+      const std::string& state = sb->rec.state;
+      int64_t expires = JsonIntOr(sb->rec.spec, "expires_ms", 0);
+      int64_t idle_s = JsonIntOr(sb->rec.spec, "idle_timeout_s", 0);
+      action = JsonStringOr(sb->rec.spec, "on_timeout", "delete");
+      bool live = state == "running" || (state == "paused" && action != "pause");
+      if (!live) continue;
+      if (expires > 0 && now >= expires) {
+        why = "timeout";
+      } else if (idle_s > 0 && state == "running") {
+        bool commands_running;
+        {
+          std::lock_guard cl(sb->cmd_mu);
+          commands_running = !sb->commands.empty();
+        }
+        if (!commands_running && now - sb->last_activity_ms >= idle_s * 1000) why = "idle timeout";
+      }
+      if (why.empty()) continue;
+      id = sb->rec.id;
+    }
+    Result<store::OperationRecord> op =
+        action == "delete" ? self->DeleteSandbox(id) : self->Transition(id, action);
+    if (!op) {
+      spdlog::debug("sandbox {}: {} {} deferred: {}", id, why, action, op.error().message);
+      continue;
+    }
+    spdlog::info("sandbox {}: {} reached, {} ({})", id, why, action, op->id);
+    if (action != "delete") {
+      // The action is under way; the expiry fired. Resume/wake arm it again.
+      std::lock_guard l(sb->mu);
+      sb->rec.spec["expires_ms"] = 0;
+      (void)SaveSandbox(*sb);
+    }
+  }
 }
 
 }  // namespace space::core

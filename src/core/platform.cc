@@ -217,6 +217,7 @@ Result<std::unique_ptr<Platform>> Platform::Create(
   for (int i = 0; i < std::max(1, impl.config.worker_threads); ++i) {
     impl.workers.emplace_back([&impl] { impl.WorkerLoop(); });
   }
+  impl.reaper = std::thread([&impl] { impl.ReaperLoop(); });
   return p;
 }
 
@@ -229,6 +230,7 @@ void Platform::Shutdown() {
     impl_->q_cv.notify_all();
   }
   for (auto& t : impl_->workers) t.join();
+  if (impl_->reaper.joinable()) impl_->reaper.join();
   std::vector<std::shared_ptr<AgentSession>> sessions;
   {
     std::lock_guard lock(impl_->mu);
@@ -300,6 +302,13 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
     meta[k] = v;
   }
 
+  int64_t timeout_s = req.timeout_s < 0 ? config_.default_timeout_s : req.timeout_s;
+  if (timeout_s > 366ll * 24 * 3600) return Fail(Errc::kInvalidArgument, "timeout longer than a year");
+  std::string on_timeout = req.on_timeout.empty() ? "delete" : req.on_timeout;
+  if (on_timeout != "delete" && on_timeout != "pause" && on_timeout != "suspend")
+    return Fail(Errc::kInvalidArgument, "on_timeout must be delete, pause or suspend");
+  if (req.idle_timeout_s < 0) return Fail(Errc::kInvalidArgument, "idle_timeout must be >= 0");
+
   auto sb = std::make_shared<Sandbox>();
   sb->rec.id = NewId("sb");
   sb->rec.template_ref = parsed->first + ":" + parsed->second;
@@ -310,6 +319,11 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
                   {"template_config", tmpl->config}};
   sb->rec.metadata = meta;
   sb->rec.created_ms = sb->rec.updated_ms = NowUnixMillis();
+  sb->rec.spec["timeout_s"] = timeout_s;
+  sb->rec.spec["on_timeout"] = on_timeout;
+  sb->rec.spec["idle_timeout_s"] = req.idle_timeout_s;
+  sb->rec.spec["expires_ms"] = 0;  // armed when the sandbox is running (RunCreate)
+  sb->last_activity_ms = sb->rec.created_ms;
 
   store::OperationRecord op;
   op.id = NewId("op");
@@ -353,6 +367,9 @@ void Platform::Impl::RunCreate(std::shared_ptr<Sandbox> sb, store::OperationReco
                   (t1 - t0) / 1e6, (t2 - t1) / 1e6, (t3 - t2) / 1e6);
     sb->rec.state = "running";
     sb->rec.reason.clear();
+    int64_t timeout_s = JsonIntOr(sb->rec.spec, "timeout_s", 0);
+    sb->rec.spec["expires_ms"] = timeout_s > 0 ? NowUnixMillis() + timeout_s * 1000 : 0;
+    sb->last_activity_ms = NowUnixMillis();
     return SaveSandbox(*sb);
   };
   auto st = run();
@@ -427,6 +444,7 @@ Status Platform::Impl::ConnectAgent(const std::shared_ptr<Sandbox>& sb, int64_t 
       sb->by_stream.erase(stream);
       sb->commands.erase(cmd->rec.id);
     }
+    sb->last_activity_ms = NowUnixMillis();
     self->notifier().Notify(key);
     return Ok();
   };
@@ -652,6 +670,7 @@ Status Platform::Recover() {
   for (auto& rec : *recs) {
     auto sb = std::make_shared<Sandbox>();
     sb->rec = rec;
+    sb->last_activity_ms = NowUnixMillis();
     std::lock_guard l(sb->mu);
     auto* rt = impl.RuntimeFor(rec);
     keep_roots.insert(rec.id);

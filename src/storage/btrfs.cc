@@ -1,5 +1,6 @@
 #include "storage/btrfs.h"
 
+#include <endian.h>
 #include <fcntl.h>
 #include <linux/btrfs.h>
 #include <linux/btrfs_tree.h>
@@ -11,6 +12,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "storage/fs_util.h"
 #include "sys/sys.h"
@@ -22,8 +24,10 @@ namespace {
 using internal::CheckName;
 
 constexpr uint64_t kDefaultPoolBytes = uint64_t{64} << 30;
-// BTRFS_QUOTA_CTL_ENABLE_SIMPLE_QUOTA (Linux 6.7); Debian 12's headers predate it.
+// BTRFS_QUOTA_CTL_ENABLE_SIMPLE_QUOTA and BTRFS_QGROUP_STATUS_FLAG_SIMPLE_MODE
+// (Linux 6.7); Debian 12's headers predate them.
 constexpr uint64_t kQuotaCtlEnableSimple = 4;
+constexpr uint64_t kQgroupStatusSimpleMode = uint64_t{1} << 3;
 
 Result<sys::UniqueFd> OpenDir(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -48,16 +52,127 @@ Status CreateSubvolume(int parent_fd, const std::string& name) {
 
 // Snapshots the subvolume open at `src_fd` as `parent_fd`/`name`. The kernel flushes the
 // source's dirty data first and commits the snapshot in one transaction, so after a
-// crash it either exists complete or not at all.
-Status Snapshot(int src_fd, int parent_fd, const std::string& name, bool read_only) {
+// crash it either exists complete or not at all. `max_excl` > 0 gives the new subvolume's
+// qgroup that limit on exclusive bytes in the same transaction (quotas must be on), so
+// that no crash can leave it without its limit.
+Status Snapshot(int src_fd, int parent_fd, const std::string& name, bool read_only,
+                uint64_t max_excl = 0) {
   btrfs_ioctl_vol_args_v2 args{};
+  btrfs_qgroup_inherit inherit{};
   args.fd = src_fd;
   args.flags = read_only ? BTRFS_SUBVOL_RDONLY : 0;
+  if (max_excl > 0) {
+    // Exclusive bytes: what the sandbox writes, not the blocks it shares with its source
+    // (with simple quotas, exclusive = bytes in extents the subvolume allocated).
+    inherit.flags = BTRFS_QGROUP_INHERIT_SET_LIMITS;
+    inherit.lim.flags = BTRFS_QGROUP_LIMIT_MAX_EXCL;
+    inherit.lim.max_excl = max_excl;
+    args.flags |= BTRFS_SUBVOL_QGROUP_INHERIT;
+    args.size = sizeof inherit;
+    args.qgroup_inherit = &inherit;
+  }
   if (!CopyName(args.name, sizeof args.name, name))
     return Fail(Errc::kInvalidArgument, "subvolume name too long: " + name);
   if (::ioctl(parent_fd, BTRFS_IOC_SNAP_CREATE_V2, &args) != 0)
     return ErrnoFail("snapshot " + name);
   return Ok();
+}
+
+// Opens the subvolume at `path` to snapshot it; kNotFound ("`what` not found") if missing.
+Result<sys::UniqueFd> OpenSource(const std::string& path, const std::string& what) {
+  auto fd = OpenDir(path);
+  if (!fd && fd.error().sys_errno == ENOENT) return Fail(Errc::kNotFound, what + " not found");
+  return fd;
+}
+
+// Snapshot() into `parent`, with EEXIST reported as kConflict.
+Status SnapshotInto(int src_fd, const std::string& parent, const std::string& name,
+                    bool read_only, uint64_t max_excl = 0) {
+  auto dst = OpenDir(parent);
+  if (!dst) return tl::unexpected(dst.error());
+  auto st = Snapshot(src_fd, dst->get(), name, read_only, max_excl);
+  if (!st && st.error().sys_errno == EEXIST) {
+    st.error().code = Errc::kConflict;
+    st.error().message = name + " exists";
+  }
+  return st;
+}
+
+// Calls `fn(offset, item bytes)` for every item (objectid, type, offset) of `tree` with
+// offset in [min_offset, max_offset], in key order, until it returns false. Errors: the
+// tree does not exist (ENOENT: e.g. quotas off), or no CAP_SYS_ADMIN.
+template <class Fn>
+Status ForEachItem(int fs_fd, uint64_t tree, uint64_t objectid, uint32_t type,
+                   uint64_t min_offset, uint64_t max_offset, Fn&& fn) {
+  btrfs_ioctl_search_args args{};
+  auto& sk = args.key;
+  sk.tree_id = tree;
+  sk.min_objectid = sk.max_objectid = objectid;
+  sk.min_type = sk.max_type = type;
+  sk.min_offset = min_offset;
+  sk.max_offset = max_offset;
+  sk.min_transid = 0;
+  sk.max_transid = UINT64_MAX;
+  for (;;) {
+    sk.nr_items = 4096;
+    if (::ioctl(fs_fd, BTRFS_IOC_TREE_SEARCH, &args) != 0) return ErrnoFail("tree search");
+    if (sk.nr_items == 0) return Ok();
+    size_t off = 0;
+    uint64_t last = 0;
+    for (uint32_t i = 0; i < sk.nr_items; ++i) {
+      btrfs_ioctl_search_header hdr;
+      if (off + sizeof hdr > sizeof args.buf) return Ok();
+      std::memcpy(&hdr, args.buf + off, sizeof hdr);
+      off += sizeof hdr;
+      if (off + hdr.len > sizeof args.buf) return Ok();
+      if (hdr.objectid == objectid && hdr.type == type &&
+          !fn(hdr.offset, std::string(args.buf + off, hdr.len))) {
+        return Ok();
+      }
+      off += hdr.len;
+      last = hdr.offset;
+    }
+    if (last >= max_offset) return Ok();
+    sk.min_offset = last + 1;
+  }
+}
+
+// The item with exactly this key, if any.
+Result<std::optional<std::string>> SearchItem(int fs_fd, uint64_t tree, uint64_t objectid,
+                                              uint32_t type, uint64_t offset) {
+  std::optional<std::string> out;
+  SPACE_TRY(ForEachItem(fs_fd, tree, objectid, type, offset, offset,
+                        [&](uint64_t, std::string item) {
+                          out = std::move(item);
+                          return false;
+                        }));
+  return out;
+}
+
+uint64_t Le64At(const std::string& item, size_t off) {
+  uint64_t v = 0;
+  if (off + sizeof v <= item.size()) std::memcpy(&v, item.data() + off, sizeof v);
+  return le64toh(v);
+}
+
+// The referenced bytes (exclusive + shared) of subvolume `id`'s qgroup, as of the last
+// transaction commit; nullopt unless full qgroup accounting is on and consistent. Simple
+// quotas charge an extent only to the subvolume that wrote it, so a snapshot's own count
+// says nothing about its size.
+std::optional<int64_t> QgroupReferenced(int fs_fd, uint64_t id) {
+  auto status = SearchItem(fs_fd, BTRFS_QUOTA_TREE_OBJECTID, 0, BTRFS_QGROUP_STATUS_KEY, 0);
+  if (!status || !*status) return std::nullopt;   // quotas were never enabled (ENOENT)
+  // btrfs_qgroup_status_item: version, generation, flags, rescan (le64 each).
+  uint64_t flags = Le64At(**status, 16);
+  if (!(flags & BTRFS_QGROUP_STATUS_FLAG_ON) ||
+      (flags & (BTRFS_QGROUP_STATUS_FLAG_RESCAN | BTRFS_QGROUP_STATUS_FLAG_INCONSISTENT |
+                kQgroupStatusSimpleMode))) {
+    return std::nullopt;
+  }
+  auto info = SearchItem(fs_fd, BTRFS_QUOTA_TREE_OBJECTID, 0, BTRFS_QGROUP_INFO_KEY, id);
+  if (!info || !*info || (*info)->size() < 16) return std::nullopt;
+  // btrfs_qgroup_info_item: generation, rfer, rfer_cmpr, excl, excl_cmpr (le64 each).
+  return static_cast<int64_t>(Le64At(**info, 8));
 }
 
 Result<uint64_t> SubvolumeId(int fd) {
@@ -128,6 +243,38 @@ void DestroyQgroup(int fs_fd, uint64_t id) {
   if (::ioctl(fs_fd, BTRFS_IOC_QGROUP_CREATE, &args) != 0 && errno != ENOTCONN &&
       errno != ENOENT && errno != EBUSY) {
     spdlog::debug("storage: destroy qgroup 0/{}: {}", id, std::strerror(errno));
+  }
+}
+
+// Removes the qgroups of deleted subvolumes that the kernel left behind: level-0 qgroups
+// with no subvolume any more and nothing charged to them. With simple quotas an extent
+// stays charged to the subvolume that wrote it, so a root deleted while a snapshot (or a
+// root made from one) still shares its data keeps a charged qgroup; it empties only when
+// the last sharer is cleaned, later, and nothing else would ever remove it. Best effort
+// and cheap when quotas are off (one failed search).
+void ClearStaleQgroups(int fs_fd) {
+  std::vector<uint64_t> empty;
+  auto st = ForEachItem(fs_fd, BTRFS_QUOTA_TREE_OBJECTID, 0, BTRFS_QGROUP_INFO_KEY, 0,
+                        (uint64_t{1} << 48) - 1,   // level 0: subvolume qgroups
+                        [&](uint64_t qgroupid, const std::string& item) {
+                          // btrfs_qgroup_info_item: generation, rfer, rfer_cmpr, excl, ...
+                          if (qgroupid >= BTRFS_FIRST_FREE_OBJECTID && Le64At(item, 8) == 0 &&
+                              Le64At(item, 24) == 0) {
+                            empty.push_back(qgroupid);
+                          }
+                          return true;
+                        });
+  if (!st) return;   // quotas off
+  for (uint64_t id : empty) {
+    // A subvolume exists (or awaits the cleaner) while its ROOT_ITEM does; the offset of
+    // a snapshot's ROOT_ITEM is its creation transid, hence the range.
+    bool exists = false;
+    auto r = ForEachItem(fs_fd, BTRFS_ROOT_TREE_OBJECTID, id, BTRFS_ROOT_ITEM_KEY, 0,
+                         UINT64_MAX, [&](uint64_t, const std::string&) {
+                           exists = true;
+                           return false;
+                         });
+    if (r && !exists) DestroyQgroup(fs_fd, id);
   }
 }
 
@@ -231,6 +378,7 @@ BtrfsDriver::BtrfsDriver(std::string base)
     : base_(std::move(base)),
       layers_(base_ + "/layers"),
       roots_(base_ + "/roots"),
+      snapshots_(base_ + "/snapshots"),
       tmp_(base_ + "/tmp") {}
 
 Result<std::unique_ptr<Driver>> BtrfsDriver::Open(const std::string& storage_dir,
@@ -250,9 +398,11 @@ Result<std::unique_ptr<Driver>> BtrfsDriver::Open(const std::string& storage_dir
   std::unique_ptr<BtrfsDriver> d(new BtrfsDriver(base));
   SPACE_TRY(MakeDir(d->layers_, 0700));
   SPACE_TRY(MakeDir(d->roots_, 0711));
+  SPACE_TRY(MakeDir(d->snapshots_, 0700));
   SPACE_TRY(MakeDir(d->tmp_, 0700));
 
   // Imports interrupted by a crash: never visible as layers, just reclaim the space.
+  // (Nothing else needs cleaning: every other object is made by one atomic snapshot.)
   auto tmp_fd = OpenDir(d->tmp_);
   if (!tmp_fd) return tl::unexpected(tmp_fd.error());
   for (const auto& name : internal::ListAllNames(d->tmp_)) {
@@ -260,6 +410,7 @@ Result<std::unique_ptr<Driver>> BtrfsDriver::Open(const std::string& storage_dir
     if (!r) return tl::unexpected(std::move(r.error()).Wrap("remove leftover import"));
     spdlog::info("storage: removed leftover import {}/{}", d->tmp_, name);
   }
+  ClearStaleQgroups(tmp_fd->get());
   return std::unique_ptr<Driver>(std::move(d));
 }
 
@@ -308,6 +459,8 @@ Status BtrfsDriver::DeleteLayer(const std::string& digest) {
   auto r = DeleteSubvolumeAt(fd->get(), layers_, digest);
   if (!r) return tl::unexpected(std::move(r.error()).Wrap("delete layer " + digest));
   if (*r) DestroyQgroup(fd->get(), *r);
+  // Subvolumes deleted earlier have been cleaned meanwhile: their qgroups can go now.
+  ClearStaleQgroups(fd->get());
   return Ok();
 }
 
@@ -340,49 +493,22 @@ Result<std::string> BtrfsDriver::CreateRoot(const std::string& id, const std::st
                                             int64_t quota_bytes) {
   SPACE_TRY(CheckName("root", id));
   SPACE_TRY(CheckName("layer", digest));
+  return CreateRootFrom(id, layers_ + "/" + digest, "layer " + digest, quota_bytes);
+}
+
+Result<std::string> BtrfsDriver::CreateRootFrom(const std::string& id, const std::string& src,
+                                                const std::string& what,
+                                                int64_t quota_bytes) {
   std::string ctx = "create root " + id;
   if (quota_bytes < 0) return Fail(Errc::kInvalidArgument, ctx + ": negative quota");
   // Quotas must be on before the snapshot so that its qgroup is created with it.
   if (quota_bytes > 0) SPACE_TRY_WRAP(EnsureQuota(), ctx);
-  auto layer = OpenDir(layers_ + "/" + digest);
-  if (!layer) {
-    if (layer.error().sys_errno == ENOENT) {
-      return Fail(Errc::kNotFound, ctx + ": layer " + digest + " not found");
-    }
-    return tl::unexpected(std::move(layer.error()).Wrap(ctx));
-  }
-  auto roots = OpenDir(roots_);
-  if (!roots) return tl::unexpected(std::move(roots.error()).Wrap(ctx));
-  auto snap = Snapshot(layer->get(), roots->get(), id, /*read_only=*/false);
-  if (!snap) {
-    auto e = std::move(snap.error()).Wrap(ctx);
-    if (e.sys_errno == EEXIST) e.code = Errc::kConflict;
-    return tl::unexpected(std::move(e));
-  }
-  std::string path = roots_ + "/" + id;
-  if (quota_bytes > 0) {
-    auto st = [&]() -> Status {
-      auto fd = OpenDir(path);
-      if (!fd) return tl::unexpected(fd.error());
-      auto subvol = SubvolumeId(fd->get());
-      if (!subvol) return tl::unexpected(subvol.error());
-      btrfs_ioctl_qgroup_limit_args args{};
-      args.qgroupid = *subvol;
-      // Exclusive bytes: what the sandbox wrote, not the layer blocks it shares (with
-      // simple quotas, exclusive = bytes in extents the sandbox allocated).
-      args.lim.flags = BTRFS_QGROUP_LIMIT_MAX_EXCL;
-      args.lim.max_excl = static_cast<uint64_t>(quota_bytes);
-      if (::ioctl(fd->get(), BTRFS_IOC_QGROUP_LIMIT, &args) != 0)
-        return ErrnoFail("qgroup limit 0/" + std::to_string(*subvol));
-      return Ok();
-    }();
-    if (!st) {
-      auto del = DeleteSubvolumeAt(roots->get(), roots_, id);
-      if (!del) spdlog::warn("storage: {}", del.error().message);
-      return tl::unexpected(std::move(st.error()).Wrap(ctx));
-    }
-  }
-  return path;
+  auto src_fd = OpenSource(src, what);
+  if (!src_fd) return tl::unexpected(std::move(src_fd.error()).Wrap(ctx));
+  SPACE_TRY_WRAP(SnapshotInto(src_fd->get(), roots_, id, /*read_only=*/false,
+                              static_cast<uint64_t>(quota_bytes)),
+                 ctx);
+  return roots_ + "/" + id;
 }
 
 std::string BtrfsDriver::RootPath(const std::string& id) const {
@@ -404,9 +530,97 @@ Status BtrfsDriver::DeleteRoot(const std::string& id) {
   auto r = DeleteSubvolumeAt(fd->get(), roots_, id);
   if (!r) return tl::unexpected(std::move(r.error()).Wrap("delete root " + id));
   if (*r) DestroyQgroup(fd->get(), *r);
+  // Subvolumes deleted earlier have been cleaned meanwhile: their qgroups can go now.
+  ClearStaleQgroups(fd->get());
   return Ok();
 }
 
 std::vector<std::string> BtrfsDriver::ListRoots() const { return internal::ListNames(roots_); }
+
+Status BtrfsDriver::SnapshotRoot(const std::string& root_id, const std::string& snapshot_id) {
+  SPACE_TRY(CheckName("root", root_id));
+  SPACE_TRY(CheckName("snapshot", snapshot_id));
+  std::string ctx = "snapshot root " + root_id + " as " + snapshot_id;
+  auto src = OpenSource(roots_ + "/" + root_id, "root " + root_id);
+  if (!src) return tl::unexpected(std::move(src.error()).Wrap(ctx));
+  // No qgroup limit: a read-only snapshot never grows.
+  SPACE_TRY_WRAP(SnapshotInto(src->get(), snapshots_, snapshot_id, /*read_only=*/true), ctx);
+  return Ok();
+}
+
+Result<std::string> BtrfsDriver::CreateRootFromSnapshot(const std::string& root_id,
+                                                        const std::string& snapshot_id,
+                                                        int64_t quota_bytes) {
+  SPACE_TRY(CheckName("root", root_id));
+  SPACE_TRY(CheckName("snapshot", snapshot_id));
+  return CreateRootFrom(root_id, snapshots_ + "/" + snapshot_id, "snapshot " + snapshot_id,
+                        quota_bytes);
+}
+
+Status BtrfsDriver::DeleteSnapshot(const std::string& snapshot_id) {
+  SPACE_TRY(CheckName("snapshot", snapshot_id));
+  auto fd = OpenDir(snapshots_);
+  if (!fd) return tl::unexpected(fd.error());
+  // A read-only snapshot holds no nested subvolumes, so this is one atomic deletion.
+  auto r = DeleteSubvolumeAt(fd->get(), snapshots_, snapshot_id);
+  if (!r) return tl::unexpected(std::move(r.error()).Wrap("delete snapshot " + snapshot_id));
+  if (*r) DestroyQgroup(fd->get(), *r);
+  // Subvolumes deleted earlier have been cleaned meanwhile: their qgroups can go now.
+  ClearStaleQgroups(fd->get());
+  return Ok();
+}
+
+bool BtrfsDriver::HasSnapshot(const std::string& snapshot_id) const {
+  return internal::IsValidName(snapshot_id) && sys::Exists(snapshots_ + "/" + snapshot_id);
+}
+
+std::vector<std::string> BtrfsDriver::ListSnapshots() const {
+  return internal::ListNames(snapshots_);
+}
+
+Result<int64_t> BtrfsDriver::SnapshotSize(const std::string& snapshot_id) const {
+  SPACE_TRY(CheckName("snapshot", snapshot_id));
+  std::string ctx = "size of snapshot " + snapshot_id;
+  std::string path = snapshots_ + "/" + snapshot_id;
+  auto fd = OpenSource(path, "snapshot " + snapshot_id);
+  if (!fd) return tl::unexpected(std::move(fd.error()).Wrap(ctx));
+  auto id = SubvolumeId(fd->get());
+  if (!id) return tl::unexpected(std::move(id.error()).Wrap(ctx));
+  if (auto rfer = QgroupReferenced(fd->get(), *id)) return *rfer;
+  auto du = internal::DiskUsage(path);
+  if (!du) return tl::unexpected(std::move(du.error()).Wrap(ctx));
+  return *du;
+}
+
+Status BtrfsDriver::ImportLayerFrom(const std::string& digest, const std::string& src,
+                                    const std::string& what) {
+  std::string ctx = "import layer " + digest + " from " + what;
+  auto src_fd = OpenSource(src, what);
+  if (!src_fd) return tl::unexpected(std::move(src_fd.error()).Wrap(ctx));
+  // Read-only like every layer; shares all blocks with the source, which stays writable
+  // (a root) and independent.
+  SPACE_TRY_WRAP(SnapshotInto(src_fd->get(), layers_, digest, /*read_only=*/true), ctx);
+  return Ok();
+}
+
+Status BtrfsDriver::ImportLayerFromRoot(const std::string& digest, const std::string& root_id) {
+  SPACE_TRY(CheckName("layer", digest));
+  SPACE_TRY(CheckName("root", root_id));
+  return ImportLayerFrom(digest, roots_ + "/" + root_id, "root " + root_id);
+}
+
+Status BtrfsDriver::ImportLayerFromSnapshot(const std::string& digest,
+                                            const std::string& snapshot_id) {
+  SPACE_TRY(CheckName("layer", digest));
+  SPACE_TRY(CheckName("snapshot", snapshot_id));
+  return ImportLayerFrom(digest, snapshots_ + "/" + snapshot_id, "snapshot " + snapshot_id);
+}
+
+Result<std::string> BtrfsDriver::LayerPath(const std::string& digest) const {
+  SPACE_TRY(CheckName("layer", digest));
+  std::string path = layers_ + "/" + digest;
+  if (!sys::Exists(path)) return Fail(Errc::kNotFound, "layer " + digest + " not found");
+  return path;
+}
 
 }  // namespace space::storage

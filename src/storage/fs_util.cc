@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -185,6 +186,54 @@ Status CopyDir(CopyContext& cx, int src_fd, int dst_fd, const std::string& rel) 
   return Ok();
 }
 
+struct UsageContext {
+  dev_t dev = 0;
+  int64_t bytes = 0;
+  std::set<std::pair<dev_t, ino_t>> seen;   // inodes with several links, counted once
+};
+
+Status UsageDir(UsageContext& cx, int dir_fd, const std::string& rel, int depth) {
+  // Far deeper than any real tree; a guard against running out of fds (one per level).
+  if (depth > 512) return Fail(Errc::kInternal, "disk usage: " + rel + ": tree too deep");
+  int dup_fd = ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+  if (dup_fd < 0) return ErrnoFail("dup");
+  DIR* d = ::fdopendir(dup_fd);
+  if (!d) {
+    ::close(dup_fd);
+    return ErrnoFail("opendir " + rel);
+  }
+  std::vector<std::string> subdirs;
+  Status st = Ok();
+  errno = 0;
+  while (dirent* e = ::readdir(d)) {
+    if (!std::strcmp(e->d_name, ".") || !std::strcmp(e->d_name, "..")) continue;
+    struct stat sb;
+    if (::fstatat(dir_fd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+      st = ErrnoFail("stat " + Join(rel, e->d_name));
+      break;
+    }
+    if (sb.st_dev != cx.dev) continue;   // another filesystem or subvolume: like du -x
+    if (!S_ISDIR(sb.st_mode) && sb.st_nlink > 1 &&
+        !cx.seen.emplace(sb.st_dev, sb.st_ino).second) {
+      continue;
+    }
+    cx.bytes += static_cast<int64_t>(sb.st_blocks) * 512;
+    if (S_ISDIR(sb.st_mode)) subdirs.emplace_back(e->d_name);
+    errno = 0;
+  }
+  if (st && errno != 0) st = ErrnoFail("readdir " + rel);
+  ::closedir(d);
+  SPACE_TRY(st);
+  // Recursing after closedir keeps one open fd per level, not two.
+  for (const auto& name : subdirs) {
+    sys::UniqueFd sub(
+        ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!sub) return ErrnoFail("open " + Join(rel, name.c_str()));
+    SPACE_TRY(UsageDir(cx, sub.get(), Join(rel, name.c_str()), depth + 1));
+  }
+  return Ok();
+}
+
 std::string Unescape(const std::string& s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -215,6 +264,18 @@ Status CopyTree(const std::string& src, const std::string& dst, uint32_t uid_shi
   SPACE_TRY_WRAP(CopyDir(cx, s.get(), d.get(), ""), "copy " + src + " to " + dst);
   SPACE_TRY_WRAP(SetMeta(d.get(), st, ids->first, ids->second, "."), "copy to " + dst);
   return Ok();
+}
+
+Result<int64_t> DiskUsage(const std::string& dir) {
+  sys::UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return ErrnoFail("open " + dir);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoFail("stat " + dir);
+  UsageContext cx;
+  cx.dev = st.st_dev;
+  cx.bytes = static_cast<int64_t>(st.st_blocks) * 512;
+  SPACE_TRY_WRAP(UsageDir(cx, fd.get(), "", 0), "disk usage of " + dir);
+  return cx.bytes;
 }
 
 std::vector<MountEntry> ReadMountInfo() {

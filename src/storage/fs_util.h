@@ -1,5 +1,5 @@
 // Private helpers shared by the storage drivers: tree copy with ownership shifting,
-// /proc/self/mountinfo parsing, name validation and directory listing.
+// disk usage, /proc/self/mountinfo parsing, name validation and directory listing.
 // Not part of the storage front door; include only from src/storage/.
 #pragma once
 
@@ -18,6 +18,11 @@ namespace space::storage::internal {
 // sockets, modes (setuid/setgid/sticky included), timestamps, and ownership with
 // `uid_shift` added to every uid and gid. Does not copy xattrs. Does not follow symlinks.
 [[nodiscard]] Status CopyTree(const std::string& src, const std::string& dst, uint32_t uid_shift);
+
+// Bytes allocated to the tree at `dir`, as `du -sx --block-size=1` counts them: st_blocks
+// of every inode, hard links once, not descending into other filesystems (on btrfs, other
+// subvolumes). Does not follow symlinks. Blocks for the walk (O(inodes)).
+[[nodiscard]] Result<int64_t> DiskUsage(const std::string& dir);
 
 struct MountEntry {
   int id = 0;

@@ -1,10 +1,21 @@
-// storage: where template layers and sandbox root filesystems live on the host.
+// storage: where template layers, sandbox root filesystems and their snapshots live on
+// the host.
 //
 // Drivers: "btrfs" (subvolumes and snapshots; loop-backed pool image when the data dir is
 // not on btrfs) and "overlay" (overlayfs; fallback). A template is imported once into a
 // read-only layer keyed by its digest; each sandbox root is a writable copy-on-write view
-// of one layer. All state is on disk under `DATA/storage/`; Open() re-attaches to it after
-// a daemon restart (reusing what is mounted) or a reboot (mounting it again).
+// of one layer or of one snapshot. A snapshot is a read-only point-in-time copy of a root
+// (for snapshot/suspend/fork); a new root can start from it, and a root or a snapshot can
+// become a new layer (template builds, "template from snapshot"). Layers, roots and
+// snapshots are independent once made: deleting one never deletes or changes another
+// (except that overlay refuses to delete a layer while a root still uses it).
+// btrfs makes each of these in milliseconds whatever the size (one snapshot ioctl);
+// overlay copies the tree for snapshots and for layers made from roots or snapshots.
+// All state is on disk under `DATA/storage/`; Open() re-attaches to it after a daemon
+// restart (reusing what is mounted) or a reboot (mounting it again).
+//
+// Crash safety: every operation leaves, after a crash at any point, either nothing or a
+// complete object under its final name; Open() removes whatever temporaries a crash left.
 //
 // Mount propagation: Open() makes `DATA/storage` a bind mount of itself with rshared
 // propagation before mounting anything inside it, so that mounts made later under it (the
@@ -16,7 +27,8 @@
 // Thread-safety: all methods may be called concurrently. Concurrent calls for the same
 // name are resolved by the filesystem: one wins, the other gets kConflict.
 //
-// Names (layer digests, root ids) must match [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}.
+// Names (layer digests, root ids, snapshot ids) must match [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}.
+// Layers, roots and snapshots are three separate namespaces.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +60,8 @@ class Driver {
   // "btrfs", "overlay" or "auto". "auto" reuses the driver recorded in
   // DATA/storage/driver by an earlier Open, else picks btrfs when it works here, else
   // overlay. Idempotent: already-mounted pools/binds are reused. Blocks (mkfs, mount).
-  // Removes leftovers of imports/deletes interrupted by a crash.
+  // Removes leftovers of imports, snapshots, root creations and deletes interrupted by a
+  // crash.
   [[nodiscard]] static Result<std::unique_ptr<Driver>> Open(const std::string& data_dir,
                                                             const std::string& kind = "auto",
                                                             const OpenOptions& opts = {});
@@ -94,6 +107,60 @@ class Driver {
   [[nodiscard]] virtual Status DeleteRoot(const std::string& id) = 0;
   // Ids of every sandbox root present (for orphan cleanup).
   virtual std::vector<std::string> ListRoots() const = 0;
+
+  // --- Snapshots ---
+
+  // Stores a read-only point-in-time copy of root `root_id` as snapshot `snapshot_id`.
+  // The caller keeps the sandbox frozen for the duration, so that the copy is consistent;
+  // the driver does not freeze anything. The snapshot does not depend on the root: either
+  // can be deleted or written (the root) without affecting the other.
+  // btrfs: a read-only subvolume snapshot, milliseconds whatever the root's size (the
+  // kernel first writes back the root's dirty page cache, so a root with much unwritten
+  // data costs that flush). Subvolumes the sandbox created inside its root are NOT
+  // included: they appear in the snapshot as empty directories.
+  // overlay: a full copy of the root's merged view (mounts the root first if it is not
+  // mounted); seconds for large roots; read-only by contract only, and xattrs are not
+  // copied (as for ImportLayer).
+  // kNotFound if the root is missing, kConflict if the snapshot exists, kInvalidArgument
+  // for a bad name. Blocks.
+  [[nodiscard]] virtual Status SnapshotRoot(const std::string& root_id,
+                                            const std::string& snapshot_id) = 0;
+  // Creates the writable root of sandbox `root_id` from snapshot `snapshot_id`; otherwise
+  // exactly as CreateRoot (returned path, atomicity, quota semantics). The new root does
+  // not depend on the snapshot (btrfs: a writable snapshot of it; overlay: an overlay
+  // whose lower layer outlives DeleteSnapshot for as long as a root uses it).
+  // kNotFound if the snapshot is missing, kConflict if the root exists.
+  [[nodiscard]] virtual Result<std::string> CreateRootFromSnapshot(
+      const std::string& root_id, const std::string& snapshot_id, int64_t quota_bytes) = 0;
+  // Removes a snapshot; ok if missing. Roots and layers made from it stay valid.
+  [[nodiscard]] virtual Status DeleteSnapshot(const std::string& snapshot_id) = 0;
+  virtual bool HasSnapshot(const std::string& snapshot_id) const = 0;
+  // Ids of every snapshot present (sorted; for orphan cleanup).
+  virtual std::vector<std::string> ListSnapshots() const = 0;
+  // Bytes the snapshot references (its whole content, shared blocks included).
+  // btrfs: the qgroup's referenced bytes (exclusive + shared) when full qgroup accounting
+  // is on and consistent; otherwise (no quotas, or simple quotas, which charge extents
+  // only to the subvolume that wrote them, so a snapshot's own count is ~0) a walk that
+  // counts allocated blocks like `du -sx --block-size=1`. overlay: always that walk.
+  // The walk is O(files) and blocks. kNotFound if missing.
+  [[nodiscard]] virtual Result<int64_t> SnapshotSize(const std::string& snapshot_id) const = 0;
+
+  // --- Layers made from roots and snapshots (template builds, templates from snapshots) ---
+
+  // Makes root `root_id` / snapshot `snapshot_id` into a new read-only layer `digest`.
+  // Ownership is kept as stored (a root's inodes are already shifted), so no uid shift.
+  // The source is not changed and stays independent of the new layer. As with
+  // SnapshotRoot, the caller must keep a running sandbox frozen during ImportLayerFromRoot,
+  // and btrfs leaves out subvolumes nested in the root. btrfs: a read-only snapshot, no
+  // copy (milliseconds); overlay: a copy (of the root's merged view). Atomic.
+  // kConflict if the layer exists; kNotFound if the source is missing.
+  [[nodiscard]] virtual Status ImportLayerFromRoot(const std::string& digest,
+                                                   const std::string& root_id) = 0;
+  [[nodiscard]] virtual Status ImportLayerFromSnapshot(const std::string& digest,
+                                                       const std::string& snapshot_id) = 0;
+  // Absolute path of layer `digest`'s tree (read-only by contract; on btrfs also by the
+  // kernel). kNotFound if missing, kInvalidArgument for a bad name.
+  [[nodiscard]] virtual Result<std::string> LayerPath(const std::string& digest) const = 0;
 };
 
 }  // namespace space::storage

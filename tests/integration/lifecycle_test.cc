@@ -143,3 +143,84 @@ TEST(LifecycleTest, ConcurrentTransitionsAreRefused) {
 
 }  // namespace
 }  // namespace space::testing
+
+namespace space::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Polls until the sandbox is in `state` (or gone, for "gone"), up to `limit`.
+bool WaitForState(client::Client& c, const std::string& id, const std::string& state,
+                  std::chrono::milliseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto sb = c.GetSandbox(id);
+    if (!sb && state == "gone" && sb.error().code == Errc::kNotFound) return true;
+    if (sb && (*sb)["state"] == state) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return false;
+}
+
+TEST(TimeoutTest, ExpiryAppliesOnTimeoutAndCanBeExtended) {
+  SPACE_REQUIRE_SANDBOXES();
+  Daemon d;
+  ASSERT_TRUE(d.Start());
+  auto& c = d.client();
+  // Default: 300 s, delete.
+  std::string plain = CreateSandbox(c);
+  auto sb = c.GetSandbox(plain);
+  ASSERT_TRUE(sb);
+  EXPECT_EQ((*sb)["timeout"], 300);
+  EXPECT_EQ((*sb)["on_timeout"], "delete");
+  EXPECT_TRUE((*sb)["expires_at"].is_string());
+
+  std::string extended = CreateSandbox(c, {{"timeout", 3}});
+  std::string pausing = CreateSandbox(c, {{"timeout", 2}, {"on_timeout", "pause"}});
+  std::string doomed = CreateSandbox(c, {{"timeout", 2}});
+  ASSERT_FALSE(doomed.empty() || pausing.empty() || extended.empty());
+  // A command that runs past the timeout is not what keeps a sandbox alive...
+  auto cmd = c.StartCommand(doomed, {{"argv", {"sleep", "1000"}}});
+  ASSERT_TRUE(cmd);
+  // ... but extending the timeout is.
+  auto ext = c.Call("POST", "/v1/sandboxes/" + extended + "/timeout", Json{{"timeout", 600}});
+  ASSERT_TRUE(ext) << ext.error().message;
+  EXPECT_EQ((*ext)["timeout"], 600);
+
+  EXPECT_TRUE(WaitForState(c, doomed, "gone", 10s));
+  EXPECT_TRUE(WaitForState(c, pausing, "paused", 10s));
+  auto still = c.GetSandbox(extended);
+  ASSERT_TRUE(still);
+  EXPECT_EQ((*still)["state"], "running");
+  // Resuming re-arms the timeout.
+  auto resumed = c.Call("POST", "/v1/sandboxes/" + pausing + "/resume?wait=30s");
+  ASSERT_TRUE(resumed) << resumed.error().message;
+  EXPECT_EQ((*resumed)["sandbox"]["state"], "running") << resumed->dump();
+  EXPECT_TRUE(WaitForState(c, pausing, "paused", 10s)) << c.GetSandbox(pausing)->dump();
+
+  auto bad = c.Call("POST", "/v1/sandboxes/" + extended + "/timeout", Json{{"timeout", -1}});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::kInvalidArgument);
+  auto bad_action = c.CreateSandbox({{"on_timeout", "explode"}});
+  ASSERT_FALSE(bad_action);
+  EXPECT_EQ(bad_action.error().code, Errc::kInvalidArgument);
+}
+
+TEST(TimeoutTest, IdleTimeoutWaitsForCommandsToEnd) {
+  SPACE_REQUIRE_SANDBOXES();
+  Daemon d;
+  ASSERT_TRUE(d.Start());
+  auto& c = d.client();
+  std::string id = CreateSandbox(c, {{"idle_timeout", 1}, {"on_timeout", "suspend"}});
+  ASSERT_FALSE(id.empty());
+  auto cmd = c.StartCommand(id, {{"argv", {"sleep", "2.5"}}});
+  ASSERT_TRUE(cmd);
+  std::this_thread::sleep_for(2s);
+  auto busy = c.GetSandbox(id);
+  ASSERT_TRUE(busy);
+  EXPECT_EQ((*busy)["state"], "running") << "idle timeout fired while a command ran";
+  EXPECT_TRUE(WaitForState(c, id, "suspended", 10s));
+}
+
+}  // namespace
+}  // namespace space::testing
