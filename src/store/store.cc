@@ -86,6 +86,19 @@ CREATE TABLE settings (
   value TEXT NOT NULL
 ) STRICT;
 )sql",
+    // 2: sandbox snapshots. No FK to sandboxes: a snapshot outlives its sandbox.
+    R"sql(
+CREATE TABLE snapshots (
+  id         TEXT PRIMARY KEY NOT NULL,
+  sandbox_id TEXT NOT NULL,
+  kind       TEXT NOT NULL,
+  state      TEXT NOT NULL,
+  source     TEXT NOT NULL,
+  size       INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL
+) STRICT;
+CREATE INDEX snapshots_sandbox ON snapshots (sandbox_id, created_ms);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -406,6 +419,22 @@ Result<TemplateRecord> ReadTemplate(const Stmt& st) {
   return r;
 }
 
+constexpr const char* kSnapshotColumns = "id, sandbox_id, kind, state, source, size, created_ms";
+
+Result<SnapshotRecord> ReadSnapshot(const Stmt& st) {
+  SnapshotRecord r;
+  r.id = st.Text(0);
+  r.sandbox_id = st.Text(1);
+  r.kind = st.Text(2);
+  r.state = st.Text(3);
+  auto source = JsonColumn(st, 4);
+  if (!source) return tl::unexpected(std::move(source).error());
+  r.source = std::move(*source);
+  r.size = st.Int(5);
+  r.created_ms = st.Int(6);
+  return r;
+}
+
 // Reads at most one row with `read`; kNotFound naming `what` when there is none.
 template <class Rec, class ReadFn>
 Result<Rec> ReadOne(Stmt& st, ReadFn read, const std::string& what) {
@@ -716,6 +745,58 @@ Result<std::vector<TemplateRecord>> Store::ListTemplates() {
   STORE_PREPARE(st,
                 std::string("SELECT ") + kTemplateColumns + " FROM templates ORDER BY name, tag");
   return ReadAll<TemplateRecord>(st, ReadTemplate);
+}
+
+// ---- snapshots ----
+
+Status Store::PutSnapshot(const SnapshotRecord& r) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "put snapshot " + r.id);
+  STORE_PREPARE(st, R"sql(
+INSERT INTO snapshots (id, sandbox_id, kind, state, source, size, created_ms)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+ON CONFLICT (id) DO UPDATE SET
+  sandbox_id = excluded.sandbox_id, kind = excluded.kind, state = excluded.state,
+  source = excluded.source, size = excluded.size, created_ms = excluded.created_ms)sql");
+  std::string source = DumpJson(r.source);
+  STORE_BIND(st, 1, r.id);
+  STORE_BIND(st, 2, r.sandbox_id);
+  STORE_BIND(st, 3, r.kind);
+  STORE_BIND(st, 4, r.state);
+  STORE_BIND(st, 5, source);
+  STORE_BIND(st, 6, r.size);
+  STORE_BIND(st, 7, r.created_ms);
+  return st.Exec();
+}
+
+Result<SnapshotRecord> Store::GetSnapshot(const std::string& id) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "get snapshot " + id);
+  STORE_PREPARE(st, std::string("SELECT ") + kSnapshotColumns + " FROM snapshots WHERE id = ?1");
+  STORE_BIND(st, 1, id);
+  return ReadOne<SnapshotRecord>(st, ReadSnapshot, "snapshot " + id);
+}
+
+Result<std::vector<SnapshotRecord>> Store::ListSnapshots(const std::string& sandbox_id) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "list snapshots");
+  if (sandbox_id.empty()) {
+    STORE_PREPARE(st, std::string("SELECT ") + kSnapshotColumns +
+                          " FROM snapshots ORDER BY created_ms, id");
+  } else {
+    STORE_PREPARE(st, std::string("SELECT ") + kSnapshotColumns +
+                          " FROM snapshots WHERE sandbox_id = ?1 ORDER BY created_ms, id");
+    STORE_BIND(st, 1, sandbox_id);
+  }
+  return ReadAll<SnapshotRecord>(st, ReadSnapshot);
+}
+
+Status Store::DeleteSnapshot(const std::string& id) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "delete snapshot " + id);
+  STORE_PREPARE(st, "DELETE FROM snapshots WHERE id = ?1");
+  STORE_BIND(st, 1, id);
+  return st.Exec();
 }
 
 // ---- settings ----

@@ -76,6 +76,16 @@ struct TemplateRecord {
   int64_t created_ms = 0;
 };
 
+struct SnapshotRecord {
+  std::string id;                // "snap-..."
+  std::string sandbox_id;        // the sandbox it was taken from (may be deleted since)
+  std::string kind;              // "filesystem" | "full"
+  std::string state;             // creating|ready|deleting
+  Json source = Json::object();  // what a sandbox created from it inherits: template, runtime, spec
+  int64_t size = 0;              // bytes, when known
+  int64_t created_ms = 0;
+};
+
 class Store {
  public:
   // Opens (creating if needed) the database at `path` and applies migrations.
@@ -107,6 +117,12 @@ class Store {
   [[nodiscard]] Result<TemplateRecord> GetTemplate(const std::string& name, const std::string& tag);
   [[nodiscard]] Result<TemplateRecord> GetTemplateByDigest(const std::string& digest);
   [[nodiscard]] Result<std::vector<TemplateRecord>> ListTemplates();
+
+  [[nodiscard]] Status PutSnapshot(const SnapshotRecord& r);         // insert or update
+  [[nodiscard]] Result<SnapshotRecord> GetSnapshot(const std::string& id);  // kNotFound
+  // Oldest first; all snapshots when sandbox_id is empty.
+  [[nodiscard]] Result<std::vector<SnapshotRecord>> ListSnapshots(const std::string& sandbox_id = "");
+  [[nodiscard]] Status DeleteSnapshot(const std::string& id);       // ok if missing
 
   [[nodiscard]] Result<std::optional<std::string>> GetSetting(const std::string& key);
   [[nodiscard]] Status PutSetting(const std::string& key, const std::string& value);

@@ -631,7 +631,7 @@ TEST_F(StoreTest, SchemaVersionAndNewerSchemaRefused) {
   sqlite3_stmt* st = nullptr;
   ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, nullptr), SQLITE_OK);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), 1);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 2);
   sqlite3_finalize(st);
   ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr), SQLITE_OK);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
@@ -643,7 +643,7 @@ TEST_F(StoreTest, SchemaVersionAndNewerSchemaRefused) {
   auto s = Store::Open(path_);
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().message.find("newer"), std::string::npos) << s.error().message;
-  RawExec(path_, "PRAGMA user_version = 1");
+  RawExec(path_, "PRAGMA user_version = 2");
   Reopen();
 }
 
@@ -665,7 +665,8 @@ TEST_F(StoreTest, MigrationsCreateExpectedIndexes) {
   sqlite3_close(db);
   EXPECT_EQ(names,
             (std::vector<std::string>{"commands_sandbox", "operations_created", "operations_state",
-                                      "sandboxes_created", "templates_digest"}));
+                                      "sandboxes_created", "snapshots_sandbox",
+                                      "templates_digest"}));
 }
 
 TEST(StoreFiles, DatabaseAndWalAreMode0600) {
@@ -758,6 +759,38 @@ TEST_F(StoreTest, BenchPutCommandRate) {
       "[bench] PutCommand: %d puts in %.3f s = %.0f puts/s (%.2f ms each, synchronous=FULL)\n", kN,
       secs, kN / secs, secs * 1000 / kN);
   std::printf("[bench] GetCommand: %d gets in %.3f s = %.0f gets/s\n", kN, rsecs, kN / rsecs);
+}
+
+}  // namespace
+}  // namespace space::store
+
+namespace space::store {
+namespace {
+
+TEST(SnapshotStoreTest, RoundTripListAndDelete) {
+  auto dir = sys::TempDir::Create();
+  ASSERT_TRUE(dir);
+  auto store = Store::Open(dir->path() + "/space.db");
+  ASSERT_TRUE(store);
+  SnapshotRecord a{"snap-a", "sb-1", "filesystem", "ready", {{"template", "base:latest"}}, 42, 10};
+  SnapshotRecord b{"snap-b", "sb-2", "filesystem", "creating", Json::object(), 0, 20};
+  ASSERT_TRUE((*store)->PutSnapshot(a));
+  ASSERT_TRUE((*store)->PutSnapshot(b));
+  auto got = (*store)->GetSnapshot("snap-a");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->sandbox_id, "sb-1");
+  EXPECT_EQ(got->source["template"], "base:latest");
+  EXPECT_EQ(got->size, 42);
+  b.state = "ready";
+  ASSERT_TRUE((*store)->PutSnapshot(b));
+  EXPECT_EQ((*store)->GetSnapshot("snap-b")->state, "ready");
+  EXPECT_EQ((*store)->ListSnapshots()->size(), 2u);
+  EXPECT_EQ((*store)->ListSnapshots("sb-2")->size(), 1u);
+  ASSERT_TRUE((*store)->DeleteSnapshot("snap-a"));
+  EXPECT_EQ((*store)->GetSnapshot("snap-a").error().code, Errc::kNotFound);
+  // Deleting its sandbox keeps a snapshot.
+  ASSERT_TRUE((*store)->DeleteSandbox("sb-2"));
+  EXPECT_TRUE((*store)->GetSnapshot("snap-b"));
 }
 
 }  // namespace
