@@ -98,8 +98,8 @@ class Extractor {
       if (r == ARCHIVE_WARN && !std::strstr(ErrorString(), "can't be converted"))
         Warn(std::string("archive: ") + ErrorString());
       if (++stats_.entries > opts_.max_entries) {
-        return Fail(Errc::kTooLarge, "archive has more than " +
-                                         std::to_string(opts_.max_entries) + " entries");
+        return Fail(Errc::kTooLarge,
+                    "archive has more than " + std::to_string(opts_.max_entries) + " entries");
       }
       SPACE_TRY(Entry(e));
     }
@@ -111,9 +111,9 @@ class Extractor {
       auto fd = OpenDir(*comps, comps->size(), /*create=*/false, rel);
       if (!fd) return tl::unexpected(fd.error());
       if (!fd->valid()) continue;  // replaced or whited out later in the archive
-      SPACE_TRY_WRAP(ApplyMeta(fd->get(), meta.mode, meta.uid, meta.gid, meta.has_mtime,
-                               meta.mtime),
-                     "entry " + Quote(rel));
+      SPACE_TRY_WRAP(
+          ApplyMeta(fd->get(), meta.mode, meta.uid, meta.gid, meta.has_mtime, meta.mtime),
+          "entry " + Quote(rel));
     }
     return std::move(stats_);
   }
@@ -172,8 +172,10 @@ class Extractor {
         struct stat sb;
         bool exists = ::fstatat(cur.get(), c.c_str(), &sb, AT_SYMLINK_NOFOLLOW) == 0;
         if (exists && S_ISLNK(sb.st_mode)) {
-          return Fail(Errc::kInvalidArgument, "entry " + Quote(entry) + ": path goes through "
-                                                  "symlink " + Quote(JoinPath(comps, i + 1)));
+          return Fail(Errc::kInvalidArgument, "entry " + Quote(entry) +
+                                                  ": path goes through "
+                                                  "symlink " +
+                                                  Quote(JoinPath(comps, i + 1)));
         }
         if (!create && (!exists || !S_ISDIR(sb.st_mode))) return UniqueFd();
         if (exists && !S_ISDIR(sb.st_mode)) {
@@ -181,8 +183,7 @@ class Extractor {
                                                   Quote(JoinPath(comps, i + 1)) +
                                                   " is not a directory");
         }
-        return ErrnoFail("entry " + Quote(entry) + ": open " + Quote(JoinPath(comps, i + 1)),
-                         err);
+        return ErrnoFail("entry " + Quote(entry) + ": open " + Quote(JoinPath(comps, i + 1)), err);
       }
       cur.Reset(fd);
     }
@@ -284,10 +285,9 @@ class Extractor {
       return Ok();
     }
     if (!hardlink && type != AE_IFDIR && type != AE_IFREG && type != AE_IFLNK && type != AE_IFIFO) {
-      return Fail(Errc::kInvalidArgument, what + ": unsupported file type (" +
-                                              (type == AE_IFSOCK ? std::string("socket")
-                                                                 : std::to_string(type)) +
-                                              ")");
+      return Fail(Errc::kInvalidArgument,
+                  what + ": unsupported file type (" +
+                      (type == AE_IFSOCK ? std::string("socket") : std::to_string(type)) + ")");
     }
 
     auto parent = OpenDir(comps, comps.size() - 1, /*create=*/true, raw);
@@ -302,8 +302,7 @@ class Extractor {
     SPACE_TRY_WRAP(Clear(pfd, name, type == AE_IFDIR, &is_dir), what);
     switch (type) {
       case AE_IFDIR: {
-        if (!is_dir && ::mkdirat(pfd, name.c_str(), 0755) != 0)
-          return ErrnoFail(what + ": mkdir");
+        if (!is_dir && ::mkdirat(pfd, name.c_str(), 0755) != 0) return ErrnoFail(what + ": mkdir");
         dirs_[rel] = DirMeta{perm, uid, gid, has_mtime, mtime};
         return Ok();
       }
@@ -312,14 +311,14 @@ class Extractor {
       case AE_IFLNK: {
         const char* target = archive_entry_symlink(e);
         if (!target) target = archive_entry_symlink_utf8(e);
-        if (!target || !*target) return Fail(Errc::kInvalidArgument, what + ": empty symlink target");
+        if (!target || !*target)
+          return Fail(Errc::kInvalidArgument, what + ": empty symlink target");
         if (std::strlen(target) >= internal::kMaxPathBytes)
           return Fail(Errc::kInvalidArgument, what + ": symlink target too long");
         // Any target is fine: symlinks are created, never followed here.
         if (::symlinkat(target, pfd, name.c_str()) != 0) return ErrnoFail(what + ": symlink");
-        if (opts_.preserve_owner &&
-            ::fchownat(pfd, name.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(gid),
-                       AT_SYMLINK_NOFOLLOW) != 0)
+        if (opts_.preserve_owner && ::fchownat(pfd, name.c_str(), static_cast<uid_t>(uid),
+                                               static_cast<gid_t>(gid), AT_SYMLINK_NOFOLLOW) != 0)
           return ErrnoFail(what + ": chown");
         if (has_mtime) {
           timespec ts[2] = {mtime, mtime};
@@ -329,12 +328,12 @@ class Extractor {
         return Ok();
       }
       case AE_IFIFO: {
-        if (::mknodat(pfd, name.c_str(), S_IFIFO | 0600, 0) != 0) return ErrnoFail(what + ": mkfifo");
+        if (::mknodat(pfd, name.c_str(), S_IFIFO | 0600, 0) != 0)
+          return ErrnoFail(what + ": mkfifo");
         // O_PATH cannot fchmod/fchown, and opening a FIFO for real would block; the node was
         // created just now in a directory nobody else writes, so the name is still it.
-        if (opts_.preserve_owner &&
-            ::fchownat(pfd, name.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(gid),
-                       AT_SYMLINK_NOFOLLOW) != 0)
+        if (opts_.preserve_owner && ::fchownat(pfd, name.c_str(), static_cast<uid_t>(uid),
+                                               static_cast<gid_t>(gid), AT_SYMLINK_NOFOLLOW) != 0)
           return ErrnoFail(what + ": chown");
         if (::fchmodat(pfd, name.c_str(), perm, 0) != 0) return ErrnoFail(what + ": chmod");
         if (has_mtime) {
@@ -360,7 +359,8 @@ class Extractor {
     }
     stats_.bytes += usize;
     // O_EXCL on a name just cleared: a fresh inode, never an existing file or link target.
-    int fd = ::openat(pfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd =
+        ::openat(pfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return ErrnoFail(what + ": create");
     UniqueFd out(fd);
     for (;;) {
@@ -399,7 +399,8 @@ class Extractor {
     auto tdir = OpenDir(*t, t->size() - 1, /*create=*/false, target);
     if (!tdir) return tl::unexpected(std::move(tdir.error()).Wrap(what + ": hardlink target"));
     struct stat sb;
-    if (!tdir->valid() || ::fstatat(tdir->get(), t->back().c_str(), &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (!tdir->valid() ||
+        ::fstatat(tdir->get(), t->back().c_str(), &sb, AT_SYMLINK_NOFOLLOW) != 0) {
       return Fail(Errc::kInvalidArgument,
                   what + ": hardlink target " + Quote(target) + " does not exist in the tree");
     }

@@ -86,8 +86,8 @@ class ExtractTest : public ::testing::Test {
 };
 
 TEST_F(ExtractTest, PreservesTypesModesOwnersAndTimesForEveryCompression) {
-  for (Compression c : {Compression::kNone, Compression::kGzip, Compression::kZstd,
-                        Compression::kXz}) {
+  for (Compression c :
+       {Compression::kNone, Compression::kGzip, Compression::kZstd, Compression::kXz}) {
     SCOPED_TRACE(static_cast<int>(c));
     ASSERT_TRUE(sys::RemoveAll(dest_));
     ASSERT_EQ(::mkdir(dest_.c_str(), 0755), 0);
@@ -174,8 +174,7 @@ TEST_F(ExtractTest, GnuTarArchivesRoundTrip) {
     SCOPED_TRACE(compress);
     if (*compress && !sys::Exists(std::string("/usr/bin/") + compress)) continue;
     std::string archive = tmp_.path() + "/a.tar";
-    std::vector<std::string> argv = {"tar", "--sparse", "--numeric-owner", "-C", s, "-cf",
-                                      archive};
+    std::vector<std::string> argv = {"tar", "--sparse", "--numeric-owner", "-C", s, "-cf", archive};
     if (*compress) argv.insert(argv.begin() + 1, std::string("--use-compress-program=") + compress);
     if (!*compress) argv.insert(argv.begin() + 1, "--format=pax");  // the others: GNU format
     argv.push_back(".");
@@ -290,8 +289,7 @@ TEST_F(ExtractTest, HugeDeclaredSizeIsRefusedBeforeReadingData) {
   auto r = Extract(testing::HugeDeclaredSizeTar("big", 1ull << 40));
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::kTooLarge) << r.error().message;
-  EXPECT_NE(r.error().message.find("entry \"big\": declared size 1099511627776"),
-            std::string::npos)
+  EXPECT_NE(r.error().message.find("entry \"big\": declared size 1099511627776"), std::string::npos)
       << r.error().message;
   EXPECT_FALSE(LExists(dest_ + "/big"));
   EXPECT_LT(MonotonicNanos() - t0, 2'000'000'000);
@@ -348,21 +346,13 @@ TEST_F(ExtractTest, WhiteoutsAndOpaqueDirectoriesAcrossTwoLayers) {
                     File("e/plain", "p"), File("g/f", "gf"), Dir("h"), File("i", "file")},
                    o);
   ASSERT_TRUE(r) << r.error().message;
-  r = Extract({File("a/.wh.file1", ""),
-               File(".wh.c", ""),
+  r = Extract({File("a/.wh.file1", ""), File(".wh.c", ""),
                File("d/upper-before", "u1"),  // same layer as the opaque marker: kept
-               File("d/.wh..wh..opq", ""),
-               File("d/sub/new", "n"),
-               File("d/upper-after", "u2"),
-               File("b/new", "n"),
-               File("e/f", "same-layer"),
+               File("d/.wh..wh..opq", ""), File("d/sub/new", "n"), File("d/upper-after", "u2"),
+               File("b/new", "n"), File("e/f", "same-layer"),
                File("e/.wh.f", ""),  // whiteouts never hide their own layer
-               File(".wh..wh.plnk", ""),
-               File("a/.wh.never-existed", ""),
-               File("nodir/.wh.x", ""),
-               File("g", "file over dir"),
-               Dir("i"),
-               File("i/in", "dir over file")},
+               File(".wh..wh.plnk", ""), File("a/.wh.never-existed", ""), File("nodir/.wh.x", ""),
+               File("g", "file over dir"), Dir("i"), File("i/in", "dir over file")},
               o);
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(List(dest_ + "/a"), std::set<std::string>{"file2"});

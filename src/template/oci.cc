@@ -194,7 +194,8 @@ class Reader {
                  std::to_string(d.size));
     }
     std::string got = Sha256Bytes(*text);
-    if (got != d.digest) return Bad(what + " " + d.digest + ": digest mismatch (content is " + got + ")");
+    if (got != d.digest)
+      return Bad(what + " " + d.digest + ": digest mismatch (content is " + got + ")");
     return ParseJsonDoc(*text, what + " " + d.digest);
   }
 
@@ -274,7 +275,8 @@ class Reader {
 
   std::string PlatformOf(const Descriptor& d) {
     if (!d.platform || !d.platform->is_object()) return "unspecified";
-    return JsonStringOr(*d.platform, "os", "?") + "/" + JsonStringOr(*d.platform, "architecture", "?");
+    return JsonStringOr(*d.platform, "os", "?") + "/" +
+           JsonStringOr(*d.platform, "architecture", "?");
   }
 
   // Picks one manifest from an index, following nested indexes.
@@ -343,7 +345,8 @@ class Reader {
     if (!manifest) return tl::unexpected(manifest.error());
     std::string what = "manifest " + md->digest;
     if (!manifest->is_object()) return Bad(what + " is not an object");
-    if (JsonIntOr(*manifest, "schemaVersion", 0) != 2) return Bad(what + ": schemaVersion is not 2");
+    if (JsonIntOr(*manifest, "schemaVersion", 0) != 2)
+      return Bad(what + ": schemaVersion is not 2");
     std::string mt = JsonStringOr(*manifest, "mediaType", md->media_type);
     if (!OneOf(mt, kManifestTypes)) return Bad(what + ": unexpected media type " + Quote(mt));
 

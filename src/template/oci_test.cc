@@ -3,9 +3,8 @@
 #include <sys/stat.h>
 
 #include <map>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "sys/sys.h"
 #include "template/template.h"
@@ -45,9 +44,12 @@ std::string Read(const std::string& path) {
 
 // The three layers every image in these tests carries, and the tree they make together.
 std::vector<TarEntry> Layer1() {
-  return {File("etc/hello", "hello v1"), File("bin/tool", "#!/bin/sh\n", 0755),
-          File("dir/a", "a"),            File("dir/b", "b"),
-          Dir("opq"),                    File("opq/old", "old")};
+  return {File("etc/hello", "hello v1"),
+          File("bin/tool", "#!/bin/sh\n", 0755),
+          File("dir/a", "a"),
+          File("dir/b", "b"),
+          Dir("opq"),
+          File("opq/old", "old")};
 }
 std::vector<TarEntry> Layer2() {
   return {File("dir/.wh.a", ""), File("opq/.wh..wh..opq", ""), File("opq/new", "new"),
@@ -112,9 +114,10 @@ Json AddImage(Layout* l, const std::string& arch = "amd64", std::vector<Json>* l
     Compression c;
     const char* type;
   };
-  std::vector<L> ls = {{Layer1(), Compression::kGzip, "application/vnd.oci.image.layer.v1.tar+gzip"},
-                       {Layer2(), Compression::kZstd, "application/vnd.oci.image.layer.v1.tar+zstd"},
-                       {Layer3(), Compression::kNone, "application/vnd.oci.image.layer.v1.tar"}};
+  std::vector<L> ls = {
+      {Layer1(), Compression::kGzip, "application/vnd.oci.image.layer.v1.tar+gzip"},
+      {Layer2(), Compression::kZstd, "application/vnd.oci.image.layer.v1.tar+zstd"},
+      {Layer3(), Compression::kNone, "application/vnd.oci.image.layer.v1.tar"}};
   std::vector<std::string> diff_ids;
   Json layer_descs = Json::array();
   for (const auto& x : ls) {
@@ -123,7 +126,8 @@ Json AddImage(Layout* l, const std::string& arch = "amd64", std::vector<Json>* l
     layer_descs.push_back(Desc(x.type, l->AddBlob(blob), blob.size()));
   }
   if (layers) layers->assign(layer_descs.begin(), layer_descs.end());
-  Json config = l->AddJsonBlob(ConfigJson(diff_ids, arch), "application/vnd.oci.image.config.v1+json");
+  Json config =
+      l->AddJsonBlob(ConfigJson(diff_ids, arch), "application/vnd.oci.image.config.v1+json");
   Json manifest = {{"schemaVersion", 2},
                    {"mediaType", kManifestType},
                    {"config", config},

@@ -227,7 +227,8 @@ class Lexer {
         *out += '$';  // "$5", "$ " and "$(" stay literal
         return Ok();
       }
-      while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
+      while (pos_ < s_.size() &&
+             (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
         ++pos_;
       std::string name(s_.substr(start, pos_ - start));
       if (const std::string* v = lookup_(name)) {
@@ -240,7 +241,8 @@ class Lexer {
     if (++depth_ > 16) return LineFail(line_, "variable expansions nested too deeply");
     ++pos_;  // '{'
     size_t start = pos_;
-    while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
+    while (pos_ < s_.size() &&
+           (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
       ++pos_;
     std::string name(s_.substr(start, pos_ - start));
     if (!IsVarName(name)) return LineFail(line_, "bad variable name in ${...}");
@@ -267,7 +269,8 @@ class Lexer {
     }
     if (c != '-' && c != '+' && c != '?') {
       return LineFail(line_, "unsupported variable expansion ${" + name + (colon ? ":" : "") +
-                                 std::string(1, c) + "...} (supported: ${V}, ${V:-w}, ${V:+w}, "
+                                 std::string(1, c) +
+                                 "...} (supported: ${V}, ${V:-w}, ${V:+w}, "
                                  "${V:?msg})");
     }
     ++pos_;
@@ -345,15 +348,18 @@ struct Flags {
 Flags SplitFlags(std::string_view args) {
   Flags f;
   std::string_view s = Trim(args);
-  while (s.size() > 2 && s[0] == '-' && s[1] == '-' && std::isalpha(static_cast<unsigned char>(s[2]))) {
+  while (s.size() > 2 && s[0] == '-' && s[1] == '-' &&
+         std::isalpha(static_cast<unsigned char>(s[2]))) {
     // The flag ends at unquoted whitespace: `--chown="a b"` is one flag (then refused by
     // its validation, but with the right message).
     size_t end = 0;
     char quote = 0;
     while (end < s.size() && (quote || !IsSpace(s[end]))) {
       if (quote) {
-        if (s[end] == quote) quote = 0;
-        else if (s[end] == '\\' && quote == '"' && end + 1 < s.size()) ++end;
+        if (s[end] == quote)
+          quote = 0;
+        else if (s[end] == '\\' && quote == '"' && end + 1 < s.size())
+          ++end;
       } else if (s[end] == '"' || s[end] == '\'') {
         quote = s[end];
       } else if (s[end] == '\\' && end + 1 < s.size()) {
@@ -449,8 +455,7 @@ class Parser {
             continue;
           }
           if (key == "SYNTAX") {
-            spec_.warnings.push_back("line " + std::to_string(line) +
-                                     ": syntax directive ignored");
+            spec_.warnings.push_back("line " + std::to_string(line) + ": syntax directive ignored");
             continue;
           }
         }
@@ -461,8 +466,7 @@ class Parser {
         // warns about them too).
         if (!t.empty() && t[0] == '#') continue;
         if (t.empty()) {
-          spec_.warnings.push_back("line " + std::to_string(line) +
-                                   ": empty continuation line");
+          spec_.warnings.push_back("line " + std::to_string(line) + ": empty continuation line");
           continue;
         }
       } else {
@@ -516,7 +520,7 @@ class Parser {
     static const std::set<std::string> kIgnored = {"CMD",        "ENTRYPOINT", "EXPOSE",
                                                    "LABEL",      "MAINTAINER", "VOLUME",
                                                    "STOPSIGNAL", "HEALTHCHECK"};
-    static const std::set<std::string> kKnown = {"FROM", "RUN",     "COPY", "ENV",
+    static const std::set<std::string> kKnown = {"FROM",    "RUN",  "COPY", "ENV",
                                                  "WORKDIR", "USER", "ARG"};
     if (key == "ADD") return LineFail(line, "ADD is not supported; use COPY");
     if (key == "ONBUILD" || key == "SHELL") return LineFail(line, key + " is not supported");
@@ -529,8 +533,8 @@ class Parser {
       spec_.warnings.push_back("line " + std::to_string(line) + ": " + key +
                                " is ignored (templates carry no " +
                                (key == "CMD" || key == "ENTRYPOINT" ? "default command"
-                                : key == "EXPOSE"                  ? "port list"
-                                                                   : "image metadata") +
+                                : key == "EXPOSE"                   ? "port list"
+                                                                    : "image metadata") +
                                ")");
       return Ok();
     }
@@ -598,7 +602,8 @@ class Parser {
       return LineFail(line, "a second FROM: multi-stage builds are not supported");
     }
     if (!spec_.steps.empty()) return LineFail(line, "FROM must be the first instruction");
-    if (args.empty()) return LineFail(line, "FROM needs a template (name[:tag], sha256:..., scratch)");
+    if (args.empty())
+      return LineFail(line, "FROM needs a template (name[:tag], sha256:..., scratch)");
     Flags flags = SplitFlags(args);
     if (flags.missing_value || !flags.items.empty()) {
       std::string f = flags.missing_value ? flags.bad : flags.items[0].first;
@@ -611,8 +616,9 @@ class Parser {
       spec_.warnings.push_back("line " + std::to_string(line) + ": stage name " + Quote(w[2]) +
                                " ignored (single-stage builds only)");
     } else if (w.size() != 1) {
-      return LineFail(line, "FROM wants one template reference (name[:tag], sha256:<digest> or "
-                            "scratch), optionally followed by AS <name>");
+      return LineFail(line,
+                      "FROM wants one template reference (name[:tag], sha256:<digest> or "
+                      "scratch), optionally followed by AS <name>");
     }
     if (w.empty() || w[0].empty()) return LineFail(line, "FROM expands to an empty reference");
     const std::string& ref = w[0];
@@ -685,7 +691,8 @@ class Parser {
       } else if (name == "chmod") {
         if (v->empty() || v->size() > 4 ||
             !std::all_of(v->begin(), v->end(), [](char c) { return c >= '0' && c <= '7'; }))
-          return LineFail(line, "COPY --chmod wants octal permissions (e.g. 0755), got " + Quote(*v));
+          return LineFail(line,
+                          "COPY --chmod wants octal permissions (e.g. 0755), got " + Quote(*v));
         step->chmod = *v;
       } else {
         return LineFail(line, "COPY --" + name + " is not supported");
@@ -732,8 +739,9 @@ class Parser {
     bool dir = dest.back() == '/' || dest == "." || dest == ".." ||
                (dest.size() >= 2 && dest.compare(dest.size() - 2, 2, "/.") == 0);
     if (words.size() > 1 && !dir) {
-      return LineFail(line, "COPY with several sources needs a destination directory ending "
-                            "in '/'");
+      return LineFail(line,
+                      "COPY with several sources needs a destination directory ending "
+                      "in '/'");
     }
     std::string abs = ResolveAgainst(workdir_, dest);
     if (dir && abs != "/") abs += '/';
@@ -752,7 +760,8 @@ class Parser {
       std::string name(args.substr(0, sp));
       std::string_view rest = Trim(args.substr(sp));
       if (!IsVarName(name)) return LineFail(line, "bad ENV name " + Quote(name));
-      if (rest.empty()) return LineFail(line, "ENV " + name + " needs a value (ENV K=V or ENV K V)");
+      if (rest.empty())
+        return LineFail(line, "ENV " + name + " needs a value (ENV K=V or ENV K V)");
       auto v = MakeLexer(rest, line).Whole();
       if (!v) return tl::unexpected(v.error());
       pairs.emplace_back(std::move(name), std::move(*v));
@@ -804,20 +813,28 @@ void PutList(crypto_hash_sha256_state* st, const std::vector<std::string>& v) {
 
 std::string FromRef::ToString() const {
   switch (kind) {
-    case Kind::kScratch: return "scratch";
-    case Kind::kDigest: return digest;
-    case Kind::kNameTag: return name + ":" + tag;
+    case Kind::kScratch:
+      return "scratch";
+    case Kind::kDigest:
+      return digest;
+    case Kind::kNameTag:
+      return name + ":" + tag;
   }
   return "";
 }
 
 std::string_view StepKindName(StepKind k) {
   switch (k) {
-    case StepKind::kRun: return "RUN";
-    case StepKind::kCopy: return "COPY";
-    case StepKind::kEnv: return "ENV";
-    case StepKind::kWorkdir: return "WORKDIR";
-    case StepKind::kUser: return "USER";
+    case StepKind::kRun:
+      return "RUN";
+    case StepKind::kCopy:
+      return "COPY";
+    case StepKind::kEnv:
+      return "ENV";
+    case StepKind::kWorkdir:
+      return "WORKDIR";
+    case StepKind::kUser:
+      return "USER";
   }
   return "?";
 }

@@ -65,8 +65,7 @@ int FuzzParseSpec(const uint8_t* data, size_t size) {
   const FromRef& f = spec->from;
   if (f.kind == FromRef::Kind::kNameTag && (f.name.empty() || f.tag.empty()))
     Violated("empty name or tag", f.ToString());
-  if (f.kind == FromRef::Kind::kDigest && f.digest.size() != 71)
-    Violated("bad digest", f.digest);
+  if (f.kind == FromRef::Kind::kDigest && f.digest.size() != 71) Violated("bad digest", f.digest);
   std::string parent = "sha256:base";
   int last_line = 0;
   for (const auto& s : spec->steps) {

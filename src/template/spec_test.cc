@@ -109,19 +109,19 @@ TEST(SpecRunTest, Errors) {
 
 TEST(SpecLinesTest, ContinuationsCommentsBlankLinesAndCrlf) {
   Spec s = MustParse(
-      "# syntax=docker/dockerfile:1\n"    // 1: directive
-      "# a comment\n"                      // 2
-      "\n"                                 // 3
-      "FROM base\r\n"                      // 4
-      "RUN apt-get update && \\\n"         // 5
-      "    apt-get install -y \\  \n"      // 6: blanks after the backslash
-      "# comment inside\n"                 // 7
-      "    curl\n"                         // 8
-      "   \t\n"                            // 9
-      "  ENV A=1 \\\n"                     // 10
-      "\n"                                 // 11: empty continuation line (warned)
-      "      B=2\n"                        // 12
-      "WORKDIR /x\\\n");                   // 13: trailing backslash at EOF
+      "# syntax=docker/dockerfile:1\n"  // 1: directive
+      "# a comment\n"                   // 2
+      "\n"                              // 3
+      "FROM base\r\n"                   // 4
+      "RUN apt-get update && \\\n"      // 5
+      "    apt-get install -y \\  \n"   // 6: blanks after the backslash
+      "# comment inside\n"              // 7
+      "    curl\n"                      // 8
+      "   \t\n"                         // 9
+      "  ENV A=1 \\\n"                  // 10
+      "\n"                              // 11: empty continuation line (warned)
+      "      B=2\n"                     // 12
+      "WORKDIR /x\\\n");                // 13: trailing backslash at EOF
   ASSERT_EQ(s.steps.size(), 3u);
   EXPECT_EQ(s.steps[0].line, 5);
   EXPECT_EQ(s.steps[0].args[0], "apt-get update &&     apt-get install -y     curl");
@@ -200,9 +200,8 @@ TEST(SpecExpandTest, Forms) {
       "ENV A=${S:-d} B=${U:-d} C=${E:-d} D=${E-d} F=${S:+alt} G=${U:+alt} H=\\$S I=\"\\$S\" "
       "J=${U:-${S}y} K=$ L=$5\n");
   ASSERT_EQ(s.steps.size(), 2u);
-  EXPECT_EQ(s.steps[1].args,
-            (std::vector<std::string>{"A=set", "B=d", "C=d", "D=", "F=alt", "G=", "H=$S", "I=$S",
-                                      "J=sety", "K=$", "L=$5"}));
+  EXPECT_EQ(s.steps[1].args, (std::vector<std::string>{"A=set", "B=d", "C=d", "D=", "F=alt", "G=",
+                                                       "H=$S", "I=$S", "J=sety", "K=$", "L=$5"}));
   ExpectError("FROM a\nENV A=${U:?must be set}", "line 2: ", "variable U is not set: must be set");
   ExpectError("FROM a\nENV A=${U#x}", "line 2: ", "unsupported variable expansion");
   ExpectError("FROM a\nENV A=${U", "line 2: ", "missing");
@@ -378,9 +377,15 @@ TEST(SpecFuzzTest, EntryPointHoldsInvariants) {
     for (int e = 0; e < edits && !s.empty(); ++e) {
       size_t pos = rng() % s.size();
       switch (rng() % 3) {
-        case 0: s[pos] = alphabet[rng() % alphabet.size()]; break;
-        case 1: s.insert(pos, 1, alphabet[rng() % alphabet.size()]); break;
-        default: s.erase(pos, 1); break;
+        case 0:
+          s[pos] = alphabet[rng() % alphabet.size()];
+          break;
+        case 1:
+          s.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+          break;
+        default:
+          s.erase(pos, 1);
+          break;
       }
     }
     FuzzParseSpec(reinterpret_cast<const uint8_t*>(s.data()), s.size());

@@ -38,14 +38,17 @@ namespace space::tmpl {
 //   USER user[:group]
 //   CMD ENTRYPOINT EXPOSE LABEL MAINTAINER VOLUME STOPSIGNAL HEALTHCHECK   ignored, with a
 //                             warning (templates have no default command or metadata)
-// Variable expansion: `$V`, `${V}`, `${V:-word}`, `${V:+word}`; `\$` is a literal dollar;
-// nothing is expanded inside single quotes. Variables are ARGs, ENVs set earlier in the spec,
-// then ParseOptions::base_env. An unset variable expands to "" with a warning (Docker expands it
-// silently). Expanded values are never split into more words.
+// Variable expansion: `$V`, `${V}`, `${V:-word}`, `${V-word}`, `${V:+word}`, `${V+word}`,
+// `${V:?message}`; `\$` is a literal dollar; nothing is expanded inside single quotes. A name
+// is looked up in the environment (ParseOptions::base_env updated by earlier ENV lines) first,
+// then in the ARGs in scope (Docker's precedence); FROM sees only ARGs declared before it. An
+// unset variable expands to "" with a warning (Docker is silent). Expanded values are never
+// split into more words.
 // Rejected with "line N: ...": unknown instructions, ADD, ONBUILD, SHELL, a second FROM,
 // FROM --platform, RUN/COPY flags other than those above (--mount, --from, --link, ...),
-// heredocs (`<<EOF`), COPY sources that are absolute-with-`..`, contain `..` or wildcards,
-// unsupported `${...}` forms, NUL bytes, and an `# escape=` directive other than `\`.
+// heredocs (`<<EOF`), COPY sources with a `..` component or wildcards (`*?[`), unsupported
+// `${...}` forms, NUL bytes, and an `# escape=` directive other than `\`. A leading '/' on a
+// COPY source is dropped: sources are relative to the build context root, as in Docker.
 // Comments (`#` as the first non-blank character), blank lines, CRLF line ends and backslash
 // continuations are accepted; a continued instruction reports its first line.
 // Limits: the text is at most kMaxSpecBytes, at most kMaxInstructions instructions.
@@ -78,11 +81,13 @@ struct Step {
   // ENV:  {"K=V", ...} with values already expanded.
   // WORKDIR: {absolute normalized path}. USER: {"user[:group]"}.
   std::vector<std::string> args;
-  bool exec_form = false;            // RUN only
-  std::string chown;                 // COPY --chown value ("" if absent), expanded
-  std::string chmod;                 // COPY --chmod value ("" if absent), octal digits
-  std::vector<std::string> run_env;  // RUN only: "K=V" for each ARG in effect, sorted by K
-  std::string text;                  // the instruction as written (continuations joined)
+  bool exec_form = false;  // RUN only
+  std::string chown;       // COPY --chown value ("" if absent), expanded
+  std::string chmod;       // COPY --chmod value ("" if absent), octal digits
+  // RUN only: "K=V" for each ARG in effect (sorted by K), to add to the RUN's environment
+  // (base env + ENV steps so far) for names ENV did not set — ENV wins, as in Docker.
+  std::vector<std::string> run_env;
+  std::string text;  // the instruction as written (continuations joined)
 };
 
 struct Spec {
@@ -114,8 +119,8 @@ std::vector<std::string> RunArgv(const Step& step);
 // A stable "sha256:<hex>" naming the state after `step`, so a rebuild can reuse a stored layer
 // when nothing that could change it has changed.
 // - parent_digest: the state before this step — the resolved base template digest for the
-//   first step, the previous step's key afterwards (a chain, so a change anywhere invalidates
-//   everything after it).
+//   first step (any fixed string, e.g. "scratch", for FROM scratch), the previous step's key
+//   afterwards (a chain, so a change anywhere invalidates everything after it).
 // - Covers the step kind, args, exec_form, chown, chmod and run_env. Not the line number or
 //   the original text: moving a step or editing comments keeps the cache.
 // - copy_content_digest (COPY only; ignored for other kinds): a digest of the copied sources
@@ -204,7 +209,7 @@ struct OciImage {
   std::string manifest_digest;  // kOci: the chosen image manifest; kDockerSave: ""
   std::string config_digest;    // "sha256:..." of the config blob
   OciImageConfig config;
-  std::vector<OciLayer> layers;  // lowest first
+  std::vector<OciLayer> layers;        // lowest first
   std::vector<std::string> repo_tags;  // from annotations / manifest.json, informational
 };
 

@@ -66,10 +66,17 @@ std::string TarBytes(const std::vector<TarEntry>& entries, Compression c) {
   if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK) Die("format", a);
   int r = ARCHIVE_OK;
   switch (c) {
-    case Compression::kNone: break;
-    case Compression::kGzip: r = archive_write_add_filter_gzip(a); break;
-    case Compression::kZstd: r = archive_write_add_filter_zstd(a); break;
-    case Compression::kXz: r = archive_write_add_filter_xz(a); break;
+    case Compression::kNone:
+      break;
+    case Compression::kGzip:
+      r = archive_write_add_filter_gzip(a);
+      break;
+    case Compression::kZstd:
+      r = archive_write_add_filter_zstd(a);
+      break;
+    case Compression::kXz:
+      r = archive_write_add_filter_xz(a);
+      break;
   }
   if (r != ARCHIVE_OK) Die("filter", a);
   // Without this libarchive pads the last block of an uncompressed stream to 10 KiB.
@@ -87,7 +94,9 @@ std::string TarBytes(const std::vector<TarEntry>& entries, Compression c) {
         archive_entry_set_filetype(e, AE_IFREG);
         archive_entry_set_size(e, static_cast<la_int64_t>(t.data.size()));
         break;
-      case TarEntry::Type::kDir: archive_entry_set_filetype(e, AE_IFDIR); break;
+      case TarEntry::Type::kDir:
+        archive_entry_set_filetype(e, AE_IFDIR);
+        break;
       case TarEntry::Type::kSymlink:
         archive_entry_set_filetype(e, AE_IFLNK);
         archive_entry_set_symlink(e, t.target.c_str());
@@ -97,7 +106,9 @@ std::string TarBytes(const std::vector<TarEntry>& entries, Compression c) {
         archive_entry_set_hardlink(e, t.target.c_str());
         archive_entry_set_size(e, 0);
         break;
-      case TarEntry::Type::kFifo: archive_entry_set_filetype(e, AE_IFIFO); break;
+      case TarEntry::Type::kFifo:
+        archive_entry_set_filetype(e, AE_IFIFO);
+        break;
       case TarEntry::Type::kCharDev:
         archive_entry_set_filetype(e, AE_IFCHR);
         archive_entry_set_rdev(e, makedev(1, 3));
@@ -109,7 +120,8 @@ std::string TarBytes(const std::vector<TarEntry>& entries, Compression c) {
     }
     if (archive_write_header(a, e) != ARCHIVE_OK) Die("header", a);
     if (t.type == TarEntry::Type::kFile && !t.data.empty() &&
-        archive_write_data(a, t.data.data(), t.data.size()) != static_cast<la_ssize_t>(t.data.size()))
+        archive_write_data(a, t.data.data(), t.data.size()) !=
+            static_cast<la_ssize_t>(t.data.size()))
       Die("data", a);
     archive_entry_free(e);
   }
