@@ -21,14 +21,21 @@ Result<std::map<std::string, std::string>> StringMap(const Json& body, const cha
 Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   core::CreateSandboxRequest req;
   for (const auto& [k, v] : body.items()) {
-    static const std::set<std::string> kKnown = {"template", "runtime",    "limits",
-                                                 "env",      "metadata",   "network",
-                                                 "timeout",  "on_timeout", "idle_timeout"};
+    static const std::set<std::string> kKnown = {
+        "template", "snapshot",   "runtime",      "limits",         "env",      "metadata",
+        "network",  "timeout",    "on_timeout",   "idle_timeout",   "snapshot_every",
+        "keep_last"};
     if (!kKnown.count(k)) return Fail(Errc::kInvalidArgument, "unknown field \"" + k + "\"");
   }
   if (const Json* t = JsonField(body, "template")) {
     if (!t->is_string()) return Fail(Errc::kInvalidArgument, "template must be a string");
     req.template_ref = t->get<std::string>();
+  }
+  if (const Json* sn = JsonField(body, "snapshot")) {
+    if (!sn->is_string()) return Fail(Errc::kInvalidArgument, "snapshot must be a snapshot id");
+    req.snapshot_id = sn->get<std::string>();
+    if (JsonField(body, "template"))
+      return Fail(Errc::kInvalidArgument, "give a template or a snapshot, not both");
   }
   if (const Json* r = JsonField(body, "runtime")) {
     if (!r->is_string()) return Fail(Errc::kInvalidArgument, "runtime must be a string");
@@ -65,6 +72,13 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   if (const Json* n = JsonField(body, "network")) {
     if (!n->is_boolean()) return Fail(Errc::kInvalidArgument, "network must be a boolean");
     req.network = n->get<bool>();
+  }
+  for (const char* key : {"snapshot_every", "keep_last"}) {
+    if (const Json* t = JsonField(body, key)) {
+      if (!t->is_number_integer() || t->get<int64_t>() < 0)
+        return Fail(Errc::kInvalidArgument, std::string(key) + " must be a non-negative integer");
+      (std::string(key) == "keep_last" ? req.keep_last : req.snapshot_every_s) = t->get<int64_t>();
+    }
   }
   for (const char* key : {"timeout", "idle_timeout"}) {
     if (const Json* t = JsonField(body, key)) {
@@ -209,7 +223,9 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
         co_await ctx.ReplyError(wait_error);
         co_return true;
       }
-      auto op = co_await ctx.Blocking([&] { return p->DeleteSandbox(id); });
+      std::string ds = ctx.Query("delete_snapshots");
+      bool delete_snapshots = ds == "1" || ds == "true";
+      auto op = co_await ctx.Blocking([&] { return p->DeleteSandbox(id, delete_snapshots); });
       if (!op) {
         co_await ctx.ReplyError(op.error());
         co_return true;
@@ -237,6 +253,135 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
     }
     co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "method not allowed"});
     co_return true;
+  }
+
+  if (s.size() == 4 && s[1] == "sandboxes" && s[3] == "snapshots") {
+    const std::string id = s[2];
+    if (ctx.method == "GET") {
+      auto snaps = co_await ctx.Blocking([&] { return p->ListSnapshots(id); });
+      if (!snaps) {
+        co_await ctx.ReplyError(snaps.error());
+        co_return true;
+      }
+      Json arr = Json::array();
+      for (const auto& sn : *snaps) arr.push_back(SnapshotJson(sn));
+      Json body = {{"snapshots", arr}};
+      co_await ctx.Reply(200, body);
+      co_return true;
+    }
+    if (ctx.method != "POST") {
+      co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "method not allowed"});
+      co_return true;
+    }
+    if (bad_wait) {
+      co_await ctx.ReplyError(wait_error);
+      co_return true;
+    }
+    auto op = co_await ctx.Blocking([&] { return p->SnapshotSandbox(id); });
+    if (!op) {
+      co_await ctx.ReplyError(op.error());
+      co_return true;
+    }
+    if (wait_ms > 0) {
+      auto done = co_await AwaitOperation(ctx, op->id, wait_ms);
+      if (done) *op = *done;
+      if (op->state == "failed") {
+        co_await ctx.ReplyError(Error{ErrcFromName(op->error_code), 0, op->error_message});
+        co_return true;
+      }
+      if (op->state == "succeeded") {
+        std::string sid = JsonStringOr(op->result, "snapshot_id", "");
+        auto snap = co_await ctx.Blocking([&] { return p->GetSnapshot(sid); });
+        Json body = {{"operation", OperationJson(*op)}};
+        if (snap) body["snapshot"] = SnapshotJson(*snap);
+        co_await ctx.Reply(201, body);
+        co_return true;
+      }
+    }
+    Json body = {{"operation", OperationJson(*op)}};
+    co_await ctx.Reply(202, body);
+    co_return true;
+  }
+
+  if (s.size() == 4 && s[1] == "sandboxes" && s[3] == "fork") {
+    if (ctx.method != "POST") {
+      co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "method not allowed"});
+      co_return true;
+    }
+    if (bad_wait) {
+      co_await ctx.ReplyError(wait_error);
+      co_return true;
+    }
+    auto body = co_await ctx.ReadJson();
+    if (!body) {
+      co_await ctx.ReplyError(body.error());
+      co_return true;
+    }
+    const Json* cnt = JsonField(*body, "count");
+    int64_t count = 1;
+    if (cnt) {
+      if (!cnt->is_number_integer()) {
+        co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "count must be an integer"});
+        co_return true;
+      }
+      count = cnt->get<int64_t>();
+    }
+    if (count < 1 || count > 1000000) count = count < 1 ? 0 : 1000000;  // core reports the range
+    const std::string id = s[2];
+    auto forked = co_await ctx.Blocking([&] { return p->Fork(id, static_cast<int>(count)); });
+    if (!forked) {
+      co_await ctx.ReplyError(forked.error());
+      co_return true;
+    }
+    store::OperationRecord op = forked->first;
+    if (wait_ms > 0) {
+      auto done = co_await AwaitOperation(ctx, op.id, wait_ms);
+      if (done) op = *done;
+    }
+    Json arr = Json::array();
+    for (const auto& r : forked->second) {
+      auto latest = co_await ctx.Blocking([&] { return p->GetSandbox(r.id); });
+      arr.push_back(SandboxJson(latest ? *latest : r));
+    }
+    Json reply = {{"operation", OperationJson(op)}, {"sandboxes", arr}};
+    co_await ctx.Reply(Finished(op) ? 200 : 202, reply);
+    co_return true;
+  }
+
+  if (s.size() >= 2 && s[1] == "snapshots") {
+    if (s.size() == 2 && ctx.method == "GET") {
+      auto snaps = co_await ctx.Blocking([&] { return p->ListSnapshots(""); });
+      if (!snaps) {
+        co_await ctx.ReplyError(snaps.error());
+        co_return true;
+      }
+      Json arr = Json::array();
+      for (const auto& sn : *snaps) arr.push_back(SnapshotJson(sn));
+      Json body = {{"snapshots", arr}};
+      co_await ctx.Reply(200, body);
+      co_return true;
+    }
+    if (s.size() == 3 && ctx.method == "GET") {
+      const std::string sid = s[2];
+      auto snap = co_await ctx.Blocking([&] { return p->GetSnapshot(sid); });
+      if (!snap) {
+        co_await ctx.ReplyError(snap.error());
+      } else {
+        co_await ctx.Reply(200, SnapshotJson(*snap));
+      }
+      co_return true;
+    }
+    if (s.size() == 3 && ctx.method == "DELETE") {
+      const std::string sid = s[2];
+      auto st = co_await ctx.Blocking([&] { return p->DeleteSnapshot(sid); });
+      if (!st) {
+        co_await ctx.ReplyError(st.error());
+      } else {
+        co_await ctx.Reply(200, Json::object());
+      }
+      co_return true;
+    }
+    co_return false;
   }
 
   if (s.size() == 4 && s[1] == "sandboxes" && s[3] == "timeout") {

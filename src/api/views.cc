@@ -70,6 +70,17 @@ Json TemplateJson(const store::TemplateRecord& t) {
           {"created_at", TimeOrNull(t.created_ms)}};
 }
 
+Json SnapshotJson(const store::SnapshotRecord& s) {
+  return {{"id", s.id},
+          {"sandbox_id", s.sandbox_id},
+          {"kind", s.kind},
+          {"state", s.state},
+          {"template", JsonStringOr(s.source, "template", "")},
+          {"runtime", JsonStringOr(s.source, "runtime", "")},
+          {"size", s.size},
+          {"created_at", TimeOrNull(s.created_ms)}};
+}
+
 Json ErrorBody(const Error& e) {
   return {{"error",
            {{"code", std::string(ErrcName(e.code))}, {"message", e.message}, {"details", Json::object()}}}};

@@ -10,6 +10,7 @@ Json SandboxJson(const store::SandboxRecord& r);
 Json OperationJson(const store::OperationRecord& r);
 Json CommandJson(const core::CommandInfo& c);
 Json TemplateJson(const store::TemplateRecord& t);
+Json SnapshotJson(const store::SnapshotRecord& s);
 Json ErrorBody(const Error& e);
 // The one place where error codes become HTTP statuses.
 int HttpStatusFor(Errc code);

@@ -60,6 +60,7 @@ class Notifier {
 
 struct CreateSandboxRequest {
   std::string template_ref;          // "" = default
+  std::string snapshot_id;           // or start from this snapshot (template ignored)
   std::string runtime;               // "" = default
   runtime::Limits limits;
   std::map<std::string, std::string> env;
@@ -68,6 +69,8 @@ struct CreateSandboxRequest {
   int64_t timeout_s = -1;            // -1 = Config::default_timeout_s; 0 = none
   std::string on_timeout;            // delete (default) | pause | suspend
   int64_t idle_timeout_s = 0;        // 0 = none
+  int64_t snapshot_every_s = 0;      // scheduled snapshots; 0 = none
+  int64_t keep_last = 0;             // prune scheduled snapshots beyond this many; 0 = keep all
 };
 
 struct SandboxFilter {
@@ -132,6 +135,20 @@ class Platform {
   // `on_timeout` ("" keeps the current action) is applied.
   [[nodiscard]] Result<store::SandboxRecord> SetTimeout(const std::string& id, int64_t timeout_s,
                                                         const std::string& on_timeout);
+  // Snapshots. Taking one is an operation (result {"snapshot_id"}); the sandbox is frozen
+  // for the instant the snapshot is taken. A snapshot outlives its sandbox.
+  [[nodiscard]] Result<store::OperationRecord> SnapshotSandbox(const std::string& id);
+  [[nodiscard]] Result<std::vector<store::SnapshotRecord>> ListSnapshots(const std::string& sandbox_id);
+  [[nodiscard]] Result<store::SnapshotRecord> GetSnapshot(const std::string& snapshot_id);
+  [[nodiscard]] Status DeleteSnapshot(const std::string& snapshot_id);
+  // Forks a running (or paused) sandbox into `count` new ones from its current state. The
+  // new sandboxes exist (state creating) when this returns; each succeeds or fails on its
+  // own; the operation's result lists them.
+  [[nodiscard]] Result<std::pair<store::OperationRecord, std::vector<store::SandboxRecord>>> Fork(
+      const std::string& id, int count);
+  // Deletes a sandbox and, when asked, its snapshots.
+  [[nodiscard]] Result<store::OperationRecord> DeleteSandbox(const std::string& id,
+                                                             bool delete_snapshots);
   // What the sandbox's runtime can keep across pause/suspend/snapshot.
   [[nodiscard]] Result<runtime::Capabilities> CapabilitiesOf(const std::string& id);
 

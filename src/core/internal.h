@@ -66,6 +66,7 @@ struct Platform::Impl {
 
   // Timeouts: a reaper thread applies each expired sandbox's on_timeout action.
   std::thread reaper;
+  std::condition_variable reaper_cv;  // separate from q_cv: a notify_one must reach a worker
   void ReaperLoop();
   void ReapOnce();
 
@@ -88,7 +89,25 @@ struct Platform::Impl {
   // Loads a sandbox's running commands from the store into its live maps.
   Status LoadLiveCommands(Sandbox& sb);
 
-  void RunCreate(std::shared_ptr<Sandbox> sb, store::OperationRecord op, std::string digest);
+  // Builds (does not persist) a new sandbox from a request; sets the source: a template
+  // layer digest or a snapshot id.
+  Result<std::shared_ptr<Sandbox>> NewSandbox(const CreateSandboxRequest& req,
+                                              std::string* source_digest,
+                                              std::string* source_snapshot);
+  void RunCreate(std::shared_ptr<Sandbox> sb, store::OperationRecord op, std::string digest,
+                 std::string snapshot);
+  // Root filesystem + instance + agent for a sandbox in state creating; on failure
+  // releases what it made and marks the sandbox error. Caller holds sb->mu.
+  Status BringUp(const std::shared_ptr<Sandbox>& sb, const std::string& digest,
+                 const std::string& snapshot);
+  void RunSnapshot(std::shared_ptr<Sandbox> sb, store::OperationRecord op, std::string snap_id);
+  void RunFork(std::shared_ptr<Sandbox> sb, store::OperationRecord op,
+               std::vector<std::shared_ptr<Sandbox>> children);
+  // Takes a storage snapshot of a sandbox's root with its processes frozen for the instant.
+  // Caller holds sb->mu.
+  Status FrozenSnapshot(Sandbox& sb, const std::string& snap_id);
+  // Scheduled snapshots and pruning (reaper).
+  void ScheduledSnapshots(const std::shared_ptr<Sandbox>& sb, int64_t now);
   void RunDelete(std::shared_ptr<Sandbox> sb, store::OperationRecord op);
   // pause / resume / suspend / wake (lifecycle.cc). Caller marked sb busy.
   void RunTransition(std::shared_ptr<Sandbox> sb, store::OperationRecord op);

@@ -191,8 +191,8 @@ void Platform::Impl::ReaperLoop() {
   for (;;) {
     {
       std::unique_lock lock(q_mu);
-      q_cv.wait_for(lock, std::chrono::milliseconds(config.reaper_interval_ms),
-                    [&] { return stopping; });
+      reaper_cv.wait_for(lock, std::chrono::milliseconds(config.reaper_interval_ms),
+                         [&] { return stopping; });
       if (stopping) return;
     }
     ReapOnce();
@@ -207,6 +207,7 @@ void Platform::Impl::ReapOnce() {
   }
   const int64_t now = NowUnixMillis();
   for (auto& sb : all) {
+    ScheduledSnapshots(sb, now);
     std::string id, action, why;
     {
       std::unique_lock l(sb->mu, std::try_to_lock);

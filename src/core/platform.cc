@@ -228,6 +228,7 @@ void Platform::Shutdown() {
     if (impl_->stopping) return;
     impl_->stopping = true;
     impl_->q_cv.notify_all();
+    impl_->reaper_cv.notify_all();
   }
   for (auto& t : impl_->workers) t.join();
   if (impl_->reaper.joinable()) impl_->reaper.join();
@@ -267,19 +268,44 @@ Status Platform::EnsureBaseTemplate(const std::string& busybox_path) {
   return Ok();
 }
 
-Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::CreateSandbox(
-    const CreateSandboxRequest& req) {
-  std::string ref = req.template_ref.empty() ? config_.default_template : req.template_ref;
-  auto parsed = ParseTemplateRef(ref);
-  if (!parsed) return tl::unexpected(parsed.error());
-  auto tmpl = impl_->store->GetTemplate(parsed->first, parsed->second);
-  if (!tmpl) {
-    if (tmpl.error().code == Errc::kNotFound)
-      return Fail(Errc::kNotFound, "unknown template " + parsed->first + ":" + parsed->second);
-    return tl::unexpected(tmpl.error());
+Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
+    const CreateSandboxRequest& req, std::string* source_digest, std::string* source_snapshot) {
+  std::string template_ref, template_digest, rt;
+  Json template_config = Json::object();
+  Json base_env = Json::object();
+  if (!req.snapshot_id.empty()) {
+    auto snap = store->GetSnapshot(req.snapshot_id);
+    if (!snap) {
+      if (snap.error().code == Errc::kNotFound)
+        return Fail(Errc::kNotFound, "unknown snapshot " + req.snapshot_id);
+      return tl::unexpected(snap.error());
+    }
+    if (snap->state != "ready")
+      return Fail(Errc::kConflict, "snapshot " + req.snapshot_id + " is " + snap->state);
+    template_ref = JsonStringOr(snap->source, "template", "");
+    template_digest = JsonStringOr(snap->source, "template_digest", "");
+    rt = JsonStringOr(snap->source, "runtime", config.default_runtime);
+    if (const Json* tc = JsonField(snap->source, "template_config")) template_config = *tc;
+    if (const Json* e = JsonField(snap->source, "env"); e && e->is_object()) base_env = *e;
+    *source_snapshot = req.snapshot_id;
+  } else {
+    std::string ref = req.template_ref.empty() ? config.default_template : req.template_ref;
+    auto parsed = ParseTemplateRef(ref);
+    if (!parsed) return tl::unexpected(parsed.error());
+    auto tmpl = store->GetTemplate(parsed->first, parsed->second);
+    if (!tmpl) {
+      if (tmpl.error().code == Errc::kNotFound)
+        return Fail(Errc::kNotFound, "unknown template " + parsed->first + ":" + parsed->second);
+      return tl::unexpected(tmpl.error());
+    }
+    template_ref = parsed->first + ":" + parsed->second;
+    template_digest = tmpl->digest;
+    template_config = tmpl->config;
+    rt = config.default_runtime;
+    *source_digest = tmpl->digest;
   }
-  std::string rt = req.runtime.empty() ? config_.default_runtime : req.runtime;
-  if (impl_->runtimes.find(rt) == impl_->runtimes.end())
+  if (!req.runtime.empty()) rt = req.runtime;
+  if (runtimes.find(rt) == runtimes.end())
     return Fail(Errc::kInvalidArgument, "unknown runtime \"" + rt + "\"");
   const auto& l = req.limits;
   if (l.memory_bytes != 0 && l.memory_bytes < (16ll << 20))
@@ -287,7 +313,7 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
   if (l.pids != 0 && l.pids < 8) return Fail(Errc::kInvalidArgument, "limits.pids must be 0 or >= 8");
   if (l.cpus < 0 || l.cpus > 1024) return Fail(Errc::kInvalidArgument, "limits.cpus out of range");
   if (l.disk_bytes < 0) return Fail(Errc::kInvalidArgument, "limits.disk_bytes must be >= 0");
-  Json env = Json::object();
+  Json env = base_env;
   for (const auto& [k, v] : req.env) {
     SPACE_TRY(ValidateEnvKey(k));
     if (v.find('\0') != std::string::npos)
@@ -301,35 +327,48 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
       return Fail(Errc::kInvalidArgument, "metadata keys must be 1-256 bytes, values <= 4096");
     meta[k] = v;
   }
-
-  int64_t timeout_s = req.timeout_s < 0 ? config_.default_timeout_s : req.timeout_s;
+  int64_t timeout_s = req.timeout_s < 0 ? config.default_timeout_s : req.timeout_s;
   if (timeout_s > 366ll * 24 * 3600) return Fail(Errc::kInvalidArgument, "timeout longer than a year");
   std::string on_timeout = req.on_timeout.empty() ? "delete" : req.on_timeout;
   if (on_timeout != "delete" && on_timeout != "pause" && on_timeout != "suspend")
     return Fail(Errc::kInvalidArgument, "on_timeout must be delete, pause or suspend");
   if (req.idle_timeout_s < 0) return Fail(Errc::kInvalidArgument, "idle_timeout must be >= 0");
+  if (req.snapshot_every_s < 0 || req.keep_last < 0)
+    return Fail(Errc::kInvalidArgument, "snapshot_every and keep_last must be >= 0");
 
   auto sb = std::make_shared<Sandbox>();
   sb->rec.id = NewId("sb");
-  sb->rec.template_ref = parsed->first + ":" + parsed->second;
-  sb->rec.template_digest = tmpl->digest;
+  sb->rec.template_ref = template_ref;
+  sb->rec.template_digest = template_digest;
   sb->rec.runtime = rt;
   sb->rec.state = "creating";
   sb->rec.spec = {{"limits", LimitsJson(l)}, {"env", env}, {"network", req.network},
-                  {"template_config", tmpl->config}};
+                  {"template_config", template_config}};
+  if (!req.snapshot_id.empty()) sb->rec.spec["from_snapshot"] = req.snapshot_id;
   sb->rec.metadata = meta;
   sb->rec.created_ms = sb->rec.updated_ms = NowUnixMillis();
   sb->rec.spec["timeout_s"] = timeout_s;
   sb->rec.spec["on_timeout"] = on_timeout;
   sb->rec.spec["idle_timeout_s"] = req.idle_timeout_s;
-  sb->rec.spec["expires_ms"] = 0;  // armed when the sandbox is running (RunCreate)
+  sb->rec.spec["expires_ms"] = 0;  // armed when the sandbox is running (BringUp)
+  sb->rec.spec["snapshot_every_s"] = req.snapshot_every_s;
+  sb->rec.spec["keep_last"] = req.keep_last;
   sb->last_activity_ms = sb->rec.created_ms;
+  return sb;
+}
 
+Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::CreateSandbox(
+    const CreateSandboxRequest& req) {
+  std::string digest, snapshot;
+  auto made = impl_->NewSandbox(req, &digest, &snapshot);
+  if (!made) return tl::unexpected(made.error());
+  auto sb = *made;
   store::OperationRecord op;
   op.id = NewId("op");
   op.kind = "create";
   op.target = sb->rec.id;
   op.state = "pending";
+  op.request = {{"snapshot", snapshot}};
   op.created_ms = op.updated_ms = sb->rec.created_ms;
   SPACE_TRY(impl_->store->PutSandbox(sb->rec));
   SPACE_TRY(impl_->store->PutOperation(op));
@@ -338,24 +377,35 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
     impl_->sandboxes[sb->rec.id] = sb;
   }
   auto rec = sb->rec;
-  impl_->Enqueue([impl = impl_.get(), sb, op, digest = tmpl->digest] {
-    impl->RunCreate(sb, op, digest);
+  impl_->Enqueue([impl = impl_.get(), sb, op, digest, snapshot] {
+    impl->RunCreate(sb, op, digest, snapshot);
   });
   return std::make_pair(op, rec);
 }
 
 void Platform::Impl::RunCreate(std::shared_ptr<Sandbox> sb, store::OperationRecord op,
-                               std::string digest) {
+                               std::string digest, std::string snapshot) {
   op.state = "running";
   SaveOperation(op);
-  std::lock_guard lock(sb->mu);
+  Status st;
+  {
+    std::lock_guard lock(sb->mu);
+    st = BringUp(sb, digest, snapshot);
+  }
+  FinishOperation(op, st, {{"sandbox_id", sb->rec.id}});
+}
+
+Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::string& digest,
+                               const std::string& snapshot) {
   auto* rt = RuntimeFor(sb->rec);
   auto run = [&]() -> Status {
     if (!rt) return Fail(Errc::kInvalidArgument, "runtime " + sb->rec.runtime + " is gone");
     const Json* lj = JsonField(sb->rec.spec, "limits");
     runtime::Limits limits = LimitsFromJson(lj ? *lj : Json::object());
     const int64_t t0 = MonotonicNanos();
-    auto root = storage->CreateRoot(sb->rec.id, DigestHex(digest), limits.disk_bytes);
+    auto root = snapshot.empty()
+                    ? storage->CreateRoot(sb->rec.id, DigestHex(digest), limits.disk_bytes)
+                    : storage->CreateRootFromSnapshot(sb->rec.id, snapshot, limits.disk_bytes);
     const int64_t t1 = MonotonicNanos();
     if (!root) return tl::unexpected(std::move(root.error()).Wrap("create root filesystem"));
     runtime::InstanceSpec spec = InstanceSpecFor(sb->rec, *root);
@@ -384,7 +434,7 @@ void Platform::Impl::RunCreate(std::shared_ptr<Sandbox> sb, store::OperationReco
     sb->rec.reason = "create failed: " + st.error().message;
     (void)SaveSandbox(*sb);
   }
-  FinishOperation(op, st, {{"sandbox_id", sb->rec.id}});
+  return st;
 }
 
 Status Platform::Impl::ConnectAgent(const std::shared_ptr<Sandbox>& sb, int64_t timeout_ms) {
@@ -586,6 +636,11 @@ Result<store::SandboxRecord> Platform::GetSandbox(const std::string& id) {
 }
 
 Result<store::OperationRecord> Platform::DeleteSandbox(const std::string& id) {
+  return DeleteSandbox(id, false);
+}
+
+Result<store::OperationRecord> Platform::DeleteSandbox(const std::string& id,
+                                                       bool delete_snapshots) {
   auto sb = impl_->Find(id);
   if (!sb) return Fail(Errc::kNotFound, "no sandbox " + id);
   store::OperationRecord op;
@@ -602,6 +657,7 @@ Result<store::OperationRecord> Platform::DeleteSandbox(const std::string& id) {
     op.kind = "delete";
     op.target = id;
     op.state = "pending";
+    op.request = {{"delete_snapshots", delete_snapshots}};
     op.created_ms = op.updated_ms = NowUnixMillis();
     SPACE_TRY(impl_->store->PutOperation(op));
     sb->rec.state = "deleting";
@@ -642,6 +698,17 @@ void Platform::Impl::RunDelete(std::shared_ptr<Sandbox> sb, store::OperationReco
   if (st) {
     std::lock_guard lock(mu);
     sandboxes.erase(sb->rec.id);
+  }
+  if (st && JsonBoolOr(op.request, "delete_snapshots", false)) {
+    if (auto snaps = store->ListSnapshots(sb->rec.id)) {
+      for (const auto& snap : *snaps) {
+        if (auto d = storage->DeleteSnapshot(snap.id); !d) {
+          st = tl::unexpected(std::move(d.error()).Wrap("delete snapshot " + snap.id));
+          break;
+        }
+        (void)store->DeleteSnapshot(snap.id);
+      }
+    }
   }
   self->notifier().Notify("sb:" + sb->rec.id);
   FinishOperation(op, st, {{"sandbox_id", sb->rec.id}});
@@ -706,15 +773,23 @@ Status Platform::Recover() {
                              *state == runtime::InstanceState::kPaused);
       if (alive) {
         keep_instances.insert(rec.id);
+        if (*state == runtime::InstanceState::kPaused && rec.state == "running") {
+          // Frozen by an operation the daemon did not finish (pause, snapshot, fork):
+          // roll back to what the record says.
+          (void)rt->Resume(rec.id);
+          state = runtime::InstanceState::kRunning;
+        }
         if (*state == runtime::InstanceState::kPaused) {
           sb->rec.state = "paused";  // the agent answers after resume
         } else {
+          sb->rec.state = "running";
           auto st = impl.ConnectAgent(sb, 5000);
           if (!st) {
             alive = false;
             spdlog::warn("recovery: sandbox {}: agent unreachable: {}", rec.id, st.error().message);
           }
         }
+        if (alive && sb->rec.state != rec.state) SPACE_TRY(impl.SaveSandbox(*sb));
       }
       if (!alive) {
         impl.LoseCommands(*sb, "the sandbox's processes died while spaced was down");
@@ -750,6 +825,28 @@ Status Platform::Recover() {
     } else {
       impl.FinishOperation(op, Fail(Errc::kUnavailable, "interrupted by a daemon restart"));
     }
+  }
+  // Snapshots: one being taken when the daemon died is complete if storage has it (the
+  // snapshot is a single atomic step); otherwise its record goes.
+  std::set<std::string> known_snapshots;
+  if (auto snaps = impl.store->ListSnapshots()) {
+    for (auto snap : *snaps) {
+      if (snap.state == "ready") {
+        known_snapshots.insert(snap.id);
+      } else if (impl.storage->HasSnapshot(snap.id)) {
+        snap.state = "ready";
+        if (auto size = impl.storage->SnapshotSize(snap.id)) snap.size = *size;
+        (void)impl.store->PutSnapshot(snap);
+        known_snapshots.insert(snap.id);
+      } else {
+        (void)impl.store->DeleteSnapshot(snap.id);
+      }
+    }
+  }
+  for (const auto& id : impl.storage->ListSnapshots()) {
+    if (known_snapshots.count(id)) continue;
+    spdlog::info("recovery: removing orphan snapshot {}", id);
+    (void)impl.storage->DeleteSnapshot(id);
   }
   // Orphans: instances, roots and logs without a sandbox record.
   for (auto& [name, rt] : impl.runtimes) {
