@@ -18,7 +18,7 @@ cleanup() {
   rm -rf "$DIR"
 }
 trap cleanup EXIT
-$BIN/spaced --listen 127.0.0.1:0 --data-dir "$DIR/data" --log-level warn >"$DIR/spaced.log" 2>&1 &
+$BIN/spaced --listen 127.0.0.1:0 --data-dir "$DIR/data" --log-level warn --warm-pool base=2 >"$DIR/spaced.log" 2>&1 &
 PID=$!
 for _ in $(seq 1 300); do [ -s "$DIR/data/url" ] && break; sleep 0.1; done
 URL=$(cat "$DIR/data/url")

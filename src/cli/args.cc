@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <map>
 
 namespace space::cli {
@@ -47,6 +48,45 @@ Result<int64_t> ParseByteSize(std::string_view s) {
     return Fail(Errc::kInvalidArgument, "size too large: " + std::string(in));
   }
   return v << shift;
+}
+
+Result<int64_t> ParseSeconds(std::string_view s) {
+  if (s.empty()) return Fail(Errc::kInvalidArgument, "empty duration");
+  int64_t v = 0;
+  size_t i = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
+    int d = s[i] - '0';
+    if (v > (INT64_MAX - d) / 10) {
+      return Fail(Errc::kInvalidArgument, "duration too large: " + std::string(s));
+    }
+    v = v * 10 + d;
+    ++i;
+  }
+  std::string_view unit = s.substr(i);
+  int64_t scale = 0;
+  if (unit.empty() || unit == "s") {
+    scale = 1;
+  } else if (unit == "m") {
+    scale = 60;
+  } else if (unit == "h") {
+    scale = 3600;
+  } else if (unit == "d") {
+    scale = 86400;
+  }
+  if (i == 0 || scale == 0) {
+    return Fail(Errc::kInvalidArgument,
+                "bad duration: " + std::string(s) + " (use seconds, or 30s, 5m, 2h, 1d)");
+  }
+  if (v > INT64_MAX / scale) {
+    return Fail(Errc::kInvalidArgument, "duration too large: " + std::string(s));
+  }
+  return v * scale;
+}
+
+Status CheckOnTimeout(std::string_view s) {
+  if (s == "delete" || s == "pause" || s == "suspend") return Ok();
+  return Fail(Errc::kInvalidArgument,
+              "bad on-timeout action \"" + std::string(s) + "\" (use delete, pause or suspend)");
 }
 
 Result<std::pair<std::string, std::string>> ParseKeyValue(std::string_view s) {
@@ -151,6 +191,27 @@ std::string FormatAge(std::optional<int64_t> created_unix_ms, int64_t now_unix_m
   if (s < 3600) return std::to_string(s / 60) + "m";
   if (s < 86400) return std::to_string(s / 3600) + "h";
   return std::to_string(s / 86400) + "d";
+}
+
+std::string FormatSize(int64_t bytes) {
+  if (bytes < 0) return "-";
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return std::to_string(bytes) + "B";
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 6) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  // One decimal while it carries information ("1.5KiB"), none once the number is large
+  // enough that it does not ("123MiB"); "2.0GiB" reads as "2GiB".
+  if (v < 10 && static_cast<int64_t>(v * 10 + 0.5) % 10 != 0) {
+    std::snprintf(buf, sizeof buf, "%.1f%s", v, kUnits[u]);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0f%s", v, kUnits[u]);
+  }
+  return buf;
 }
 
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {

@@ -18,6 +18,14 @@ namespace space::cli {
 // a trailing "B"/"iB" is accepted. Errors: empty, negative, fractional, unknown suffix, overflow.
 Result<int64_t> ParseByteSize(std::string_view s);
 
+// A number of seconds: "300", "300s", "5m", "2h", "1d" -> 300, 300, 300, 7200, 86400.
+// Errors: empty, negative, fractional, unknown unit, overflow.
+Result<int64_t> ParseSeconds(std::string_view s);
+
+// What happens to a sandbox when its timeout passes: "delete", "pause" or "suspend";
+// kInvalidArgument naming the choices otherwise.
+Status CheckOnTimeout(std::string_view s);
+
 // "K=V" -> {K, V}. The value may be empty or contain '='; the key may not be empty.
 Result<std::pair<std::string, std::string>> ParseKeyValue(std::string_view s);
 // A list of "K=V" into a JSON object of strings (a repeated key: the last one wins).
@@ -37,6 +45,10 @@ std::optional<RemotePath> ParseRemotePath(std::string_view s);
 std::optional<int64_t> ParseRfc3339Millis(std::string_view s);
 // A compact age like "12s", "5m", "3h", "2d"; "-" when unknown.
 std::string FormatAge(std::optional<int64_t> created_unix_ms, int64_t now_unix_ms);
+
+// A byte count for humans: "0B", "512B", "1.5KiB", "12.3MiB", "2GiB" (one decimal below 10,
+// none above); "-" when negative (unknown).
+std::string FormatSize(int64_t bytes);
 
 // Rows (the first being the header) as left-aligned columns separated by three spaces.
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows);

@@ -93,6 +93,44 @@ TEST(FormatAge, Units) {
   EXPECT_EQ(FormatAge(10000, 0), "0s");  // clock skew: never negative
 }
 
+TEST(ParseSeconds, UnitsAndErrors) {
+  EXPECT_EQ(*ParseSeconds("0"), 0);
+  EXPECT_EQ(*ParseSeconds("300"), 300);
+  EXPECT_EQ(*ParseSeconds("300s"), 300);
+  EXPECT_EQ(*ParseSeconds("5m"), 300);
+  EXPECT_EQ(*ParseSeconds("2h"), 7200);
+  EXPECT_EQ(*ParseSeconds("1d"), 86400);
+  for (const char* bad : {"", "s", "-5", "1.5", "5 m", "5M", "5ms", "10x", "1h30m"}) {
+    auto r = ParseSeconds(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().code, Errc::kInvalidArgument) << bad;
+  }
+  EXPECT_FALSE(ParseSeconds("99999999999999999999"));
+  EXPECT_FALSE(ParseSeconds("999999999999999999d"));  // overflows after scaling
+}
+
+TEST(CheckOnTimeout, KnownActionsOnly) {
+  for (const char* ok : {"delete", "pause", "suspend"}) EXPECT_TRUE(CheckOnTimeout(ok)) << ok;
+  for (const char* bad : {"", "Delete", "resume", "kill"}) {
+    auto r = CheckOnTimeout(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message.find("delete, pause or suspend"), std::string::npos);
+  }
+}
+
+TEST(FormatSize, HumanUnits) {
+  EXPECT_EQ(FormatSize(-1), "-");
+  EXPECT_EQ(FormatSize(0), "0B");
+  EXPECT_EQ(FormatSize(1023), "1023B");
+  EXPECT_EQ(FormatSize(1024), "1KiB");
+  EXPECT_EQ(FormatSize(1536), "1.5KiB");
+  EXPECT_EQ(FormatSize(12345), "12KiB");
+  EXPECT_EQ(FormatSize(10 * 1024 * 1024 - 1), "10MiB");  // rounds, never "10.0MiB"
+  EXPECT_EQ(FormatSize(3LL << 30), "3GiB");
+  EXPECT_EQ(FormatSize((5LL << 40) + (1LL << 39)), "5.5TiB");
+  EXPECT_EQ(FormatSize(INT64_MAX), "8EiB");
+}
+
 TEST(FormatTable, AlignsColumns) {
   EXPECT_EQ(FormatTable({{"ID", "STATE"}, {"sb-1", "running"}, {"sb-22", ""}}),
             "ID      STATE\n"

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "cli/client_internal.h"
 #include "sys/sys.h"
 
 namespace space::client {
@@ -68,8 +69,6 @@ std::string Escape(std::string_view s, std::string_view keep) {
   return out;
 }
 
-std::string PathEscape(std::string_view segment) { return Escape(segment, ""); }
-
 Errc ErrcFromStatus(int status) {
   switch (status) {
     case 400:
@@ -105,33 +104,6 @@ Result<Json> ParseAnswer(const HttpResponse& r, std::string_view what) {
   return *j;
 }
 
-// The array under `key` in an answer like {"sandboxes":[...]}.
-Result<Json> ArrayField(const Json& answer, const char* key) {
-  const Json* f = JsonField(answer, key);
-  if (!f || !f->is_array()) {
-    return Fail(Errc::kInternal, std::string("spaced's answer has no \"") + key + "\" array");
-  }
-  return *f;
-}
-
-bool OperationFinished(const Json& op) {
-  std::string s = JsonStringOr(op, "state", "");
-  return s == "succeeded" || s == "failed";
-}
-
-// Remaining time until `deadline`, or kMaxServerWait when there is none.
-milliseconds NextWait(std::optional<std::chrono::steady_clock::time_point> deadline) {
-  if (!deadline) return kMaxServerWait;
-  auto left =
-      std::chrono::duration_cast<milliseconds>(*deadline - std::chrono::steady_clock::now());
-  return std::clamp(left, milliseconds{0}, kMaxServerWait);
-}
-
-std::optional<std::chrono::steady_clock::time_point> DeadlineFor(milliseconds timeout) {
-  if (timeout.count() <= 0) return std::nullopt;
-  return std::chrono::steady_clock::now() + timeout;
-}
-
 // The sandbox object in a create answer: {"sandbox":{...}} or the SANDBOX itself.
 const Json* SandboxOf(const Json& answer) {
   if (const Json* s = JsonField(answer, "sandbox"); s && s->is_object()) return s;
@@ -146,6 +118,63 @@ std::string FormatMode(int mode) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Helpers shared with client_lifecycle.cc (client_internal.h)
+
+namespace internal {
+
+std::string PathEscape(std::string_view segment) { return Escape(segment, ""); }
+
+Result<Json> ArrayField(const Json& answer, const char* key) {
+  const Json* f = JsonField(answer, key);
+  if (!f || !f->is_array()) {
+    return Fail(Errc::kInternal, std::string("spaced's answer has no \"") + key + "\" array");
+  }
+  return *f;
+}
+
+bool OperationFinished(const Json& op) {
+  std::string s = JsonStringOr(op, "state", "");
+  return s == "succeeded" || s == "failed";
+}
+
+Deadline DeadlineFor(milliseconds timeout) {
+  if (timeout.count() <= 0) return std::nullopt;
+  return std::chrono::steady_clock::now() + timeout;
+}
+
+milliseconds NextWait(Deadline deadline) {
+  if (!deadline) return kMaxServerWait;
+  auto left =
+      std::chrono::duration_cast<milliseconds>(*deadline - std::chrono::steady_clock::now());
+  return std::clamp(left, milliseconds{0}, kMaxServerWait);
+}
+
+milliseconds FirstWait(const WaitOptions& options, Deadline deadline) {
+  return std::max(std::min(options.first_wait, NextWait(deadline)), milliseconds{1});
+}
+
+Result<Json> FinishOperation(Client& client, const Json& op, const WaitOptions& options,
+                             Deadline deadline) {
+  if (OperationFinished(op)) return op;
+  std::string op_id = JsonStringOr(op, "id", "");
+  if (op_id.empty()) return Fail(Errc::kInternal, "spaced's answer has an operation without id");
+  if (options.on_pending) options.on_pending(op);
+  // With a deadline, what is left of it (at least one poll); without, no limit.
+  milliseconds left = deadline ? std::max(NextWait(deadline), milliseconds{1}) : milliseconds{0};
+  return client.WaitOperation(op_id, left);
+}
+
+}  // namespace internal
+
+using internal::ArrayField;
+using internal::DeadlineFor;
+using internal::FinishOperation;
+using internal::FirstWait;
+using internal::NextWait;
+using internal::OperationFinished;
+using internal::PathEscape;
 
 // ---------------------------------------------------------------------------------------------
 // HttpResponse, errors
@@ -584,27 +613,21 @@ Result<Json> Client::CreateSandbox(const Json& body, milliseconds wait) {
 }
 
 Result<Json> Client::CreateSandboxAndWait(const Json& body, milliseconds timeout) {
-  auto deadline = DeadlineFor(timeout);
-  auto r = CreateSandbox(body, std::max(NextWait(deadline), milliseconds{1}));
+  return CreateSandboxAndWait(body, WaitOptions{.timeout = timeout});
+}
+
+Result<Json> Client::CreateSandboxAndWait(const Json& body, const WaitOptions& options) {
+  auto deadline = DeadlineFor(options.timeout);
+  auto r = CreateSandbox(body, FirstWait(options, deadline));
   if (!r) return r;
   const Json* sb = SandboxOf(*r);
   if (sb && JsonStringOr(*sb, "state", "") == "running") return *sb;
   std::string sandbox_id = sb ? JsonStringOr(*sb, "id", "") : "";
   if (const Json* op = JsonField(*r, "operation"); op && op->is_object()) {
-    Json done = *op;
-    if (!OperationFinished(done)) {
-      std::string op_id = JsonStringOr(*op, "id", "");
-      if (op_id.empty()) return Fail(Errc::kInternal, "create answer has no operation id");
-      milliseconds left{0};
-      if (deadline) {
-        left = std::max(NextWait(deadline), milliseconds{1});
-      }
-      auto w = WaitOperation(op_id, left);
-      if (!w) return w;
-      done = std::move(*w);
-    }
-    if (JsonStringOr(done, "state", "") == "failed") return tl::unexpected(OperationError(done));
-    if (sandbox_id.empty()) sandbox_id = JsonStringOr(done, "target", "");
+    auto done = FinishOperation(*this, *op, options, deadline);
+    if (!done) return tl::unexpected(done.error());
+    if (JsonStringOr(*done, "state", "") == "failed") return tl::unexpected(OperationError(*done));
+    if (sandbox_id.empty()) sandbox_id = JsonStringOr(*done, "target", "");
   }
   if (sandbox_id.empty()) return Fail(Errc::kInternal, "create answer names no sandbox");
   return GetSandbox(sandbox_id);
@@ -635,21 +658,15 @@ Result<Json> Client::DeleteSandbox(std::string_view id, milliseconds wait) {
 }
 
 Status Client::DeleteSandboxAndWait(std::string_view id, milliseconds timeout) {
-  auto deadline = DeadlineFor(timeout);
-  auto r = DeleteSandbox(id, std::max(NextWait(deadline), milliseconds{1}));
+  return DeleteSandboxAndWait(id, WaitOptions{.timeout = timeout});
+}
+
+Status Client::DeleteSandboxAndWait(std::string_view id, const WaitOptions& options) {
+  auto r = StartAndFollow("DELETE", SandboxPath(id), std::nullopt, options);
   if (!r) return tl::unexpected(r.error());
-  const Json* op = JsonField(*r, "operation");
-  if (!op || !op->is_object()) return Ok();  // answered synchronously
-  Json done = *op;
-  if (!OperationFinished(done)) {
-    std::string op_id = JsonStringOr(*op, "id", "");
-    if (op_id.empty()) return Fail(Errc::kInternal, "delete answer has no operation id");
-    auto w = WaitOperation(
-        op_id, deadline ? std::max(NextWait(deadline), milliseconds{1}) : milliseconds{0});
-    if (!w) return tl::unexpected(w.error());
-    done = std::move(*w);
-  }
-  if (JsonStringOr(done, "state", "") == "failed") return tl::unexpected(OperationError(done));
+  const Json& op = r->second;
+  if (op.is_null()) return Ok();  // answered synchronously
+  if (JsonStringOr(op, "state", "") == "failed") return tl::unexpected(OperationError(op));
   return Ok();
 }
 

@@ -108,6 +108,35 @@ struct ClientOptions {
 // sink reports through its own channel, or kInternal "aborted").
 using DataCallback = std::function<bool(std::string_view bytes)>;
 
+// How the *AndWait helpers wait for an operation. The first request asks spaced to hold its
+// answer for up to `first_wait` (capped by what is left of `timeout`); if the operation is
+// still unfinished then, `on_pending` (if set) is called once with the OP, and WaitOperation
+// long-polls until it finishes.
+struct WaitOptions {
+  milliseconds timeout{0};          // overall limit, 0 = none; past it: kDeadlineExceeded
+  milliseconds first_wait{300000};  // server-side wait on the first request (spaced caps 5 min)
+  std::function<void(const Json& op)> on_pending;
+};
+
+// The sandbox lifecycle transitions (POST /v1/sandboxes/{id}/{pause|resume|suspend|wake}).
+enum class Transition { kPause, kResume, kSuspend, kWake };
+// "pause", "resume", "suspend", "wake".
+const char* TransitionName(Transition t);
+// The inverse of TransitionName; nullopt for anything else.
+std::optional<Transition> ParseTransition(std::string_view name);
+
+// One entry of a fork operation's result: a new sandbox, "running" when it worked, else
+// another state with `error` saying why.
+struct ForkedSandbox {
+  std::string id;
+  std::string state;
+  std::string error;
+};
+
+// The "sandboxes" array of a fork operation's result. Entries whose "error" is an object
+// {"code","message"} keep its message. kInternal when the result has no such array.
+Result<std::vector<ForkedSandbox>> ForkedSandboxesOf(const Json& op);
+
 class Client {
  public:
   // `base_url` like "http://127.0.0.1:7070" (a missing scheme means http://, a trailing '/'
@@ -158,12 +187,50 @@ class Client {
   Result<Json> GetSandbox(std::string_view id);
   // DELETE /v1/sandboxes/{id}; returns {"operation":OP}.
   Result<Json> DeleteSandbox(std::string_view id, milliseconds wait = milliseconds{0});
+  Result<Json> CreateSandboxAndWait(const Json& body, const WaitOptions& options);
   // Deletes and waits until the delete operation finished; a failed delete is an Error.
   Status DeleteSandboxAndWait(std::string_view id, milliseconds timeout = milliseconds{0});
+  Status DeleteSandboxAndWait(std::string_view id, const WaitOptions& options);
   // POST /v1/sandboxes/{id}/{action} (pause, resume, suspend, wake, fork, ...); returns the
   // answer (normally {"operation":OP}).
   Result<Json> SandboxAction(std::string_view id, std::string_view action,
                              const Json& body = Json::object());
+
+  // ---- Lifecycle and timeouts ----
+  // POST /v1/sandboxes/{id}/{transition}[?wait=]. Returns {"operation":OP,"sandbox":SANDBOX};
+  // the OP may be unfinished (202). An illegal transition or a busy sandbox is kConflict; with
+  // `wait`, spaced answers an operation that failed within it as its error.
+  Result<Json> StartTransition(std::string_view id, Transition transition,
+                               milliseconds wait = milliseconds{0});
+  // StartTransition, then waits for the operation (see WaitOptions). Returns the SANDBOX as it
+  // is afterwards (GET); a failed operation is its Error.
+  Result<Json> TransitionAndWait(std::string_view id, Transition transition,
+                                 const WaitOptions& options = {});
+  // POST /v1/sandboxes/{id}/timeout: the sandbox now expires `seconds` from now (0 = never);
+  // `on_timeout` ("delete", "pause", "suspend"; empty = keep the current one). Returns SANDBOX.
+  Result<Json> SetTimeout(std::string_view id, int64_t seconds, std::string_view on_timeout = {});
+
+  // ---- Snapshots and forks ----
+  // POST /v1/sandboxes/{id}/snapshots[?wait=]. Returns {"operation":OP} (result
+  // {"snapshot_id"} once it succeeded) and, when finished within `wait`, "snapshot":SNAPSHOT.
+  Result<Json> StartSnapshot(std::string_view id, milliseconds wait = milliseconds{0});
+  // StartSnapshot, then waits for the operation; returns the new snapshot's id. A failed
+  // operation is its Error.
+  Result<std::string> SnapshotAndWait(std::string_view id, const WaitOptions& options = {});
+  // GET /v1/snapshots (all, oldest first) or, with a sandbox id, GET
+  // /v1/sandboxes/{id}/snapshots. Returns the array of SNAPSHOT.
+  Result<Json> ListSnapshots(std::string_view sandbox_id = {});
+  Result<Json> GetSnapshot(std::string_view snapshot_id);  // SNAPSHOT
+  Status DeleteSnapshot(std::string_view snapshot_id);
+  // POST /v1/sandboxes/{id}/fork {"count":N}[?wait=]. Returns {"operation":OP,
+  // "sandboxes":[SANDBOX…]}. `count` < 1 is kInvalidArgument without a request.
+  Result<Json> StartFork(std::string_view id, int count, milliseconds wait = milliseconds{0});
+  // StartFork, then waits for the operation; returns one entry per fork, each of which may
+  // have failed on its own (check every entry's state). A failed operation is returned as
+  // its entries too when they include failed forks (they carry the reasons); otherwise it is
+  // its Error, naming any forks reported running so they can be cleaned up.
+  Result<std::vector<ForkedSandbox>> ForkAndWait(std::string_view id, int count,
+                                                 const WaitOptions& options = {});
 
   // ---- Commands ----
   // POST .../commands with {"argv":[..]} or {"cmd":".."} plus env/cwd/user/stdin/timeout.
@@ -247,6 +314,12 @@ class Client {
   struct Impl;
   struct Transfer;
   Result<HttpResponse> Perform(Transfer& t);
+  // Sends `method path?wait=` (wait per `options`), then waits for the answer's "operation"
+  // until it is finished, calling options.on_pending once if it was not. Returns {answer, OP};
+  // the OP may be failed, and is null when the answer carries none.
+  Result<std::pair<Json, Json>> StartAndFollow(std::string_view method, const std::string& path,
+                                               const std::optional<Json>& body,
+                                               const WaitOptions& options);
   std::string SandboxPath(std::string_view id) const;
   std::unique_ptr<Impl> impl_;
 };

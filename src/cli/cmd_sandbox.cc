@@ -36,20 +36,25 @@ std::string FormatBytes(int64_t n) {
 // ---- create ----
 
 struct CreateArgs {
-  std::string template_ref, runtime, memory;
+  std::string template_ref, snapshot, runtime, memory;
+  std::string timeout, on_timeout, idle_timeout;
   std::vector<std::string> env, labels;
   double cpus = 0;
   int64_t pids = 0;
   bool network = false;
   bool async = false;
-  double timeout = 0;
+  double wait_timeout = 0;
   CLI::Option* cpus_opt = nullptr;
   CLI::Option* pids_opt = nullptr;
 };
 
 int RunCreate(Context& ctx, const CreateArgs& a) {
   Json body = Json::object();
+  if (!a.template_ref.empty() && !a.snapshot.empty()) {
+    return ReportUsage("create: --template and --from-snapshot exclude each other");
+  }
   if (!a.template_ref.empty()) body["template"] = a.template_ref;
+  if (!a.snapshot.empty()) body["snapshot"] = a.snapshot;
   if (!a.runtime.empty()) body["runtime"] = a.runtime;
   Json limits = Json::object();
   if (!a.memory.empty()) {
@@ -73,21 +78,33 @@ int RunCreate(Context& ctx, const CreateArgs& a) {
   if (!labels) return ReportUsage("--label: " + labels.error().message);
   if (!labels->empty()) body["metadata"] = *labels;
   if (a.network) body["network"] = true;
+  if (!a.timeout.empty()) {
+    auto t = ParseSeconds(a.timeout);
+    if (!t) return ReportUsage("--timeout: " + t.error().message);
+    body["timeout"] = *t;
+  }
+  if (!a.on_timeout.empty()) {
+    if (auto ok = CheckOnTimeout(a.on_timeout); !ok) {
+      return ReportUsage("--on-timeout: " + ok.error().message);
+    }
+    body["on_timeout"] = a.on_timeout;
+  }
+  if (!a.idle_timeout.empty()) {
+    auto t = ParseSeconds(a.idle_timeout);
+    if (!t) return ReportUsage("--idle-timeout: " + t.error().message);
+    body["idle_timeout"] = *t;
+  }
+  if (a.wait_timeout < 0) return ReportUsage("--wait-timeout must not be negative");
 
   auto c = ctx.GetClient();
   if (!c) return ReportError(c.error());
   if (a.async) {
     auto r = (*c)->CreateSandbox(body);
     if (!r) return ReportError(r.error());
-    if (ctx.globals.json) {
-      PrintJson(*r);
-    } else {
-      const Json* op = JsonField(*r, "operation");
-      PrintText(JsonStringOr(op ? *op : Json(), "id", "") + "\n");
-    }
+    PrintAsync(ctx, *r);
     return 0;
   }
-  auto sb = (*c)->CreateSandboxAndWait(body, Seconds(a.timeout));
+  auto sb = (*c)->CreateSandboxAndWait(body, WaitOptionsFor(a.wait_timeout));
   if (!sb) return ReportError(sb.error());
   if (ctx.globals.json) {
     PrintJson(*sb);
@@ -195,7 +212,7 @@ int RunRm(Context& ctx, const RmArgs& a) {
       }
       continue;
     }
-    auto r = (*c)->DeleteSandboxAndWait(id, Seconds(a.timeout));
+    auto r = (*c)->DeleteSandboxAndWait(id, WaitOptionsFor(a.timeout));
     if (!r) {
       rc = ReportError(std::move(r).error().Wrap("rm " + id));
       continue;
@@ -306,6 +323,8 @@ void AddSandboxCommands(CLI::App& app, Context& ctx) {
     CLI::App* cmd = app.add_subcommand(
         "create", "Create a sandbox; prints its id when it is running (--async: the operation id)");
     cmd->add_option("-t,--template", a->template_ref, "Template (name:tag or sha256:digest)");
+    cmd->add_option("--from-snapshot", a->snapshot,
+                    "Start from this snapshot (snap-...) instead of a template");
     cmd->add_option("--runtime", a->runtime, "Runtime (oci, microvm)");
     cmd->add_option("-e,--env", a->env, "Environment variable K=V (repeatable)")
         ->allow_extra_args(false);
@@ -314,8 +333,17 @@ void AddSandboxCommands(CLI::App& app, Context& ctx) {
     a->cpus_opt = cmd->add_option("--cpus", a->cpus, "CPU limit (e.g. 1.5)");
     a->pids_opt = cmd->add_option("--pids", a->pids, "Process limit");
     cmd->add_flag("--network", a->network, "Give the sandbox network access");
+    cmd->add_option("--timeout", a->timeout,
+                    "Sandbox lifetime: SECS (or 30m, 2h) from creation; 0 = none (server "
+                    "default 300)");
+    cmd->add_option("--on-timeout", a->on_timeout,
+                    "What the timeout does: delete (default), pause or suspend");
+    cmd->add_option(
+        "--idle-timeout", a->idle_timeout,
+        "Apply --on-timeout once idle (no command running or started) for SECS; 0 = none");
     cmd->add_flag("--async", a->async, "Do not wait: print the create operation's id");
-    cmd->add_option("--timeout", a->timeout, "Give up waiting after SECS (default: no limit)");
+    cmd->add_option("--wait-timeout", a->wait_timeout,
+                    "Give up waiting after SECS (default: no limit)");
     cmd->callback([&ctx, a] { ctx.exit_code = RunCreate(ctx, *a); });
   }
   {

@@ -49,11 +49,23 @@ void PrintJson(const Json& j);
 // Writes text to stdout as is.
 void PrintText(const std::string& text);
 
+// How a waiting command waits: at most `wait_timeout_secs` (0 = no limit) and, only when
+// stderr is a terminal, with a one-line "waiting for op-… (kind)..." on stderr once the
+// operation turns out not to finish at once. stdout never sees progress.
+client::WaitOptions WaitOptionsFor(double wait_timeout_secs);
+// Prints what an --async command prints for an answer {"operation":OP,...}: the operation id
+// alone, or with --json the whole answer.
+void PrintAsync(const Context& ctx, const Json& answer);
+
 // create, ls, get, rm, ops, op, templates
 void AddSandboxCommands(CLI::App& app, Context& ctx);
 // exec, logs, ps
 void AddExecCommands(CLI::App& app, Context& ctx);
 // cp
 void AddFileCommands(CLI::App& app, Context& ctx);
+// pause, resume, suspend, wake, timeout
+void AddLifecycleCommands(CLI::App& app, Context& ctx);
+// snapshot, snapshots, snapshot-rm, fork
+void AddSnapshotCommands(CLI::App& app, Context& ctx);
 
 }  // namespace space::cli

@@ -1,5 +1,6 @@
 // space: the command-line client of spaced. See `space --help` and docs/api.md.
 #include <signal.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -40,6 +41,32 @@ void PrintText(const std::string& text) {
   std::fflush(stdout);
 }
 
+client::WaitOptions WaitOptionsFor(double wait_timeout_secs) {
+  client::WaitOptions o;
+  if (wait_timeout_secs > 0) {
+    o.timeout = std::chrono::milliseconds{static_cast<int64_t>(wait_timeout_secs * 1000)};
+  }
+  if (::isatty(STDERR_FILENO)) {
+    // A short first wait, so someone watching learns within a second what the command is
+    // waiting for; the long poll that follows costs nothing extra.
+    o.first_wait = std::chrono::milliseconds{1000};
+    o.on_pending = [](const Json& op) {
+      std::fprintf(stderr, "waiting for %s (%s)...\n", JsonStringOr(op, "id", "?").c_str(),
+                   JsonStringOr(op, "kind", "operation").c_str());
+    };
+  }
+  return o;
+}
+
+void PrintAsync(const Context& ctx, const Json& answer) {
+  if (ctx.globals.json) {
+    PrintJson(answer);
+    return;
+  }
+  const Json* op = JsonField(answer, "operation");
+  PrintText(JsonStringOr(op ? *op : Json(), "id", "") + "\n");
+}
+
 }  // namespace space::cli
 
 int main(int argc, char** argv) {
@@ -65,6 +92,8 @@ int main(int argc, char** argv) {
   AddSandboxCommands(app, ctx);
   AddExecCommands(app, ctx);
   AddFileCommands(app, ctx);
+  AddLifecycleCommands(app, ctx);
+  AddSnapshotCommands(app, ctx);
   // Global options are accepted after the subcommand too (`space ls --json`).
   for (CLI::App* sub : app.get_subcommands({})) sub->fallthrough();
 

@@ -97,8 +97,13 @@ Result<CommandInfo> Platform::StartCommand(const std::string& sandbox_id,
     sb->by_stream[cmd->rec.stream] = cmd;
     sb->commands[cmd->rec.id] = cmd;
   }
-  Json exec = {{"op", "exec"},      {"stream", cmd->rec.stream}, {"id", cmd->rec.id},
-               {"env", req.env},    {"stdin", req.stdin},        {"timeout_ms", req.timeout_ms}};
+  // The sandbox's env applies to every command (not to the instance: a warm-pool sandbox
+  // is started before anyone says what its env is); the command's own env wins.
+  Json env = Json::object();
+  if (const Json* sbenv = JsonField(sb->rec.spec, "env"); sbenv && sbenv->is_object()) env = *sbenv;
+  for (const auto& [k, v] : req.env) env[k] = v;
+  Json exec = {{"op", "exec"},   {"stream", cmd->rec.stream}, {"id", cmd->rec.id},
+               {"env", env},     {"stdin", req.stdin},        {"timeout_ms", req.timeout_ms}};
   if (!req.argv.empty()) {
     exec["argv"] = req.argv;
   } else {

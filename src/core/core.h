@@ -41,6 +41,9 @@ struct Config {
   uint32_t uid_shift = 1000000;              // template files are owned by root + shift
   int64_t default_timeout_s = 300;           // sandbox lifetime unless asked otherwise
   int64_t reaper_interval_ms = 500;          // how often timeouts are checked
+  // Warm pools: template ref ("base:latest") -> number of started, idle sandboxes kept
+  // ready. A create that asks for nothing a started instance cannot take on claims one.
+  std::map<std::string, int> warm_pools;
 };
 
 // Keys for Watch(): "op:<id>", "cmd:<sandbox>:<command>", "sb:<id>".
@@ -109,6 +112,8 @@ class Platform {
 
   // Builds the built-in `base:latest` template (busybox) if it is missing.
   [[nodiscard]] Status EnsureBaseTemplate(const std::string& busybox_path);
+  // Starts filling the warm pools in the background (call after Recover()).
+  void FillPools();
   // Reconciles the store with what is really running: reattaches agents, finishes or
   // rolls back interrupted operations, removes orphans. Call once, before serving.
   [[nodiscard]] Status Recover();

@@ -22,6 +22,9 @@
 
 namespace space::core {
 
+// A started, unclaimed warm-pool sandbox (hidden from users).
+bool IsPoolMember(const store::SandboxRecord& rec);
+
 // The runtime spec of a sandbox's instance, from its record and root filesystem.
 runtime::InstanceSpec InstanceSpecFor(const store::SandboxRecord& rec, const std::string& rootfs);
 
@@ -96,6 +99,15 @@ struct Platform::Impl {
                                               std::string* source_snapshot);
   void RunCreate(std::shared_ptr<Sandbox> sb, store::OperationRecord op, std::string digest,
                  std::string snapshot);
+  // Warm pools (pools.cc). Members are ordinary sandbox rows with spec.pool = template ref,
+  // hidden from listings until claimed.
+  std::mutex pool_mu;            // guards refilling (one refill at a time)
+  bool refill_queued = false;    // guarded by pool_mu
+  bool refill_again = false;     // guarded by pool_mu: a claim happened during a refill
+  void RefillPools();
+  void RefillPoolsOnce();
+  // Claims a pool member for `req` if one fits; nullptr if none.
+  std::shared_ptr<Sandbox> ClaimFromPool(const CreateSandboxRequest& req);
   // Root filesystem + instance + agent for a sandbox in state creating; on failure
   // releases what it made and marks the sandbox error. Caller holds sb->mu.
   Status BringUp(const std::shared_ptr<Sandbox>& sb, const std::string& digest,

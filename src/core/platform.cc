@@ -55,12 +55,6 @@ runtime::InstanceSpec InstanceSpecFor(const store::SandboxRecord& rec, const std
       }
     }
   }
-  if (const Json* env = JsonField(rec.spec, "env"); env && env->is_object()) {
-    for (const auto& [k, v] : env->items()) {
-      if (v.is_string()) spec.env.push_back(k + "=" + v.get<std::string>());
-      if (k == "PATH") have_path = true;
-    }
-  }
   if (!have_path) spec.env.push_back(std::string("PATH=") + kDefaultPath);
   return spec;
 }
@@ -362,6 +356,33 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
   std::string digest, snapshot;
   auto made = impl_->NewSandbox(req, &digest, &snapshot);
   if (!made) return tl::unexpected(made.error());
+  if (auto member = impl_->ClaimFromPool(req)) {
+    // A warm sandbox takes on what the request asked for; its instance is already running.
+    store::OperationRecord op;
+    std::lock_guard l(member->mu);
+    const store::SandboxRecord& want = (*made)->rec;
+    member->rec.metadata = want.metadata;
+    for (const char* key : {"env", "timeout_s", "on_timeout", "idle_timeout_s",
+                            "snapshot_every_s", "keep_last"}) {
+      member->rec.spec[key] = want.spec[key];
+    }
+    member->rec.spec.erase("pool");
+    member->rec.created_ms = NowUnixMillis();
+    int64_t timeout_s = JsonIntOr(member->rec.spec, "timeout_s", 0);
+    member->rec.spec["expires_ms"] = timeout_s > 0 ? member->rec.created_ms + timeout_s * 1000 : 0;
+    member->last_activity_ms = member->rec.created_ms;
+    op.id = NewId("op");
+    op.kind = "create";
+    op.target = member->rec.id;
+    op.state = "succeeded";
+    op.request = {{"warm", true}};
+    op.result = {{"sandbox_id", member->rec.id}, {"warm", true}};
+    op.created_ms = op.updated_ms = member->rec.created_ms;
+    SPACE_TRY(impl_->store->PutOperation(op));
+    SPACE_TRY(impl_->SaveSandbox(*member));
+    FillPools();
+    return std::make_pair(op, member->rec);
+  }
   auto sb = *made;
   store::OperationRecord op;
   op.id = NewId("op");
@@ -611,6 +632,7 @@ Result<std::vector<store::SandboxRecord>> Platform::ListSandboxes(const SandboxF
       std::lock_guard l(sb->mu);
       rec = sb->rec;
     }
+    if (IsPoolMember(rec)) continue;
     if (!f.state.empty() && rec.state != f.state) continue;
     bool match = true;
     for (const auto& [k, v] : f.labels) {
@@ -632,6 +654,7 @@ Result<store::SandboxRecord> Platform::GetSandbox(const std::string& id) {
   auto sb = impl_->Find(id);
   if (!sb) return Fail(Errc::kNotFound, "no sandbox " + id);
   std::lock_guard l(sb->mu);
+  if (IsPoolMember(sb->rec)) return Fail(Errc::kNotFound, "no sandbox " + id);
   return sb->rec;
 }
 

@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   int64_t max_file_bytes = 1ll << 30;
   bool no_userns = false;
+  std::vector<std::string> warm_pools;
   app.add_option("--listen", listen, "address:port to serve the API on")->capture_default_str();
   app.add_option("--data-dir", data_dir, "where state, templates and sandboxes live")
       ->capture_default_str();
@@ -66,6 +67,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-file-bytes", max_file_bytes, "largest file upload")->capture_default_str();
   app.add_flag("--no-userns", no_userns, "run sandboxes without a user namespace");
+  app.add_option("--warm-pool", warm_pools,
+                 "keep N started sandboxes of a template ready: TEMPLATE=N (repeatable)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -134,11 +137,20 @@ int main(int argc, char** argv) {
   config.data_dir = data_dir;
   config.max_file_bytes = max_file_bytes;
   config.uid_shift = no_userns ? 0 : storage::kDefaultUidShift;
+  for (const auto& wp : warm_pools) {
+    size_t eq = wp.rfind('=');
+    int n = eq == std::string::npos ? -1 : std::atoi(wp.c_str() + eq + 1);
+    if (n < 0 || n > 256) return Fatal("--warm-pool", Error{Errc::kInvalidArgument, 0, "want TEMPLATE=N (0..256): " + wp});
+    std::string ref = wp.substr(0, eq);
+    if (ref.find(':') == std::string::npos) ref += ":latest";
+    config.warm_pools[ref] = n;
+  }
   auto platform = core::Platform::Create(config, std::move(*store), std::move(*storage),
                                          std::move(runtimes));
   if (!platform) return Fatal("start", platform.error());
   if (auto st = (*platform)->EnsureBaseTemplate(busybox); !st) return Fatal("base template", st.error());
   if (auto st = (*platform)->Recover(); !st) return Fatal("recovery", st.error());
+  (*platform)->FillPools();
 
   api::ServerOptions sopts;
   sopts.address = address;
