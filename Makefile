@@ -18,7 +18,7 @@ build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
 run: build
-	$(BUILD)/bin/spaced --listen $(LISTEN) --data-dir $(DATA_DIR)
+	$(BUILD)/bin/spaced --listen $(LISTEN) --data-dir $(DATA_DIR) --warm-pool base=2
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 900
