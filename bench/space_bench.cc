@@ -216,6 +216,58 @@ int main(int argc, char** argv) {
   }
   Print("command round trip (true)", Summarize(rt_ms), Summarize(fork_ms));
 
+  // ---- snapshot and fork of a running sandbox, small and large workspace
+  {
+    auto snap_once = [&](const std::string& sid) -> double {
+      auto t0 = Clock::now();
+      auto r = c.Call("POST", "/v1/sandboxes/" + sid + "/snapshots?wait=60s");
+      double ms = Ms(Clock::now() - t0);
+      if (r) (void)c.Call("DELETE", "/v1/snapshots/" + (*r)["snapshot"]["id"].get<std::string>());
+      return ms;
+    };
+    auto fork_once = [&](const std::string& sid) -> double {
+      auto t0 = Clock::now();
+      auto r = c.Call("POST", "/v1/sandboxes/" + sid + "/fork?wait=60s", Json{{"count", 1}});
+      double ms = Ms(Clock::now() - t0);
+      if (r) {
+        for (const auto& k : (*r)["operation"]["result"]["sandboxes"])
+          (void)c.DeleteSandboxAndWait(k["id"].get<std::string>(), std::chrono::seconds(60));
+      }
+      return ms;
+    };
+    // Baseline: the bare btrfs snapshot of the same root, from the host, same run.
+    auto bare_snapshot = [&](const std::string& sid) -> double {
+      std::string root = data_dir + "/storage/pool/roots/" + sid;
+      std::string dst = data_dir + "/storage/pool/bench-bare-snap";
+      auto t0 = Clock::now();
+      auto r = sys::Run({.argv = {"btrfs", "subvolume", "snapshot", "-r", root, dst}});
+      double ms = Ms(Clock::now() - t0);
+      (void)sys::Run({.argv = {"btrfs", "subvolume", "delete", dst}});
+      return r && r->exit_code == 0 ? ms : -1;
+    };
+    for (int64_t mib : {0, 512}) {
+      auto sb = c.CreateSandboxAndWait(Json::object(), std::chrono::seconds(60));
+      if (!sb) return 1;
+      std::string sid = (*sb)["id"];
+      if (mib > 0) {
+        (void)c.Run(sid, Json{{"cmd", "dd if=/dev/urandom of=/root/big bs=1M count=" +
+                                          std::to_string(mib) + " 2>/dev/null; sync"}});
+      }
+      (void)c.Run(sid, Json{{"cmd", "i=0; while [ $i -lt 2000 ]; do echo $i > /root/f$i; i=$((i+1)); done; sync"}});
+      std::vector<double> snap_ms, fork_ms, bare_ms2;
+      for (int i = 0; i < std::max(5, n / 2); ++i) {
+        snap_ms.push_back(snap_once(sid));
+        bare_ms2.push_back(bare_snapshot(sid));
+      }
+      for (int i = 0; i < std::max(3, n / 4); ++i) fork_ms.push_back(fork_once(sid));
+      std::string label = "snapshot (2,000 files + " + std::to_string(mib) + " MiB)";
+      Print(label.c_str(), Summarize(snap_ms), Summarize(bare_ms2));
+      label = "fork x1 (2,000 files + " + std::to_string(mib) + " MiB)";
+      Print(label.c_str(), Summarize(fork_ms), Summarize(create_ms));
+      (void)c.DeleteSandboxAndWait(sid, std::chrono::seconds(60));
+    }
+  }
+
   // ---- output throughput
   std::string producer = "head -c " + std::to_string(bytes) + " /dev/zero";
   if (const char* p = std::getenv("SPACE_BENCH_PRODUCER")) producer = p;

@@ -127,5 +127,6 @@ int64_t WaitMillis(const Ctx& ctx);
 Awaitable<bool> RouteSandboxes(Ctx& ctx);
 Awaitable<bool> RouteCommands(Ctx& ctx);
 Awaitable<bool> RouteFiles(Ctx& ctx);
+Awaitable<bool> RouteTemplates(Ctx& ctx);
 
 }  // namespace space::api

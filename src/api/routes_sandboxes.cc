@@ -1,4 +1,4 @@
-// Routes: /v1/sandboxes (lifecycle), /v1/operations, /v1/templates.
+// Routes: /v1/sandboxes (lifecycle), /v1/operations (templates: routes_templates.cc).
 #include "api/http.h"
 
 namespace space::api {
@@ -481,20 +481,6 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
     co_return true;
   }
 
-  if (s.size() == 2 && s[1] == "templates" && ctx.method == "GET") {
-    auto ts = co_await ctx.Blocking([&] { return p->ListTemplates(); });
-    if (!ts) {
-      co_await ctx.ReplyError(ts.error());
-      co_return true;
-    }
-    Json arr = Json::array();
-    for (const auto& t : *ts) arr.push_back(TemplateJson(t));
-    {
-      Json reply_body = {{"templates", arr}};
-      co_await ctx.Reply(200, reply_body);
-    }
-    co_return true;
-  }
   co_return false;
 }
 

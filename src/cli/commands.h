@@ -67,5 +67,7 @@ void AddFileCommands(CLI::App& app, Context& ctx);
 void AddLifecycleCommands(CLI::App& app, Context& ctx);
 // snapshot, snapshots, snapshot-rm, fork
 void AddSnapshotCommands(CLI::App& app, Context& ctx);
+// template build, template import
+void AddTemplateCommands(CLI::App& app, Context& ctx);
 
 }  // namespace space::cli

@@ -21,6 +21,7 @@
 
 #include "common/common.h"
 #include "common/json.h"
+#include "core/template_build.h"
 #include "runtime/runtime.h"
 #include "store/store.h"
 #include "storage/storage.h"
@@ -44,6 +45,9 @@ struct Config {
   // Warm pools: template ref ("base:latest") -> number of started, idle sandboxes kept
   // ready. A create that asks for nothing a started instance cannot take on claims one.
   std::map<std::string, int> warm_pools;
+  // Test hook: the daemon exits abruptly (like SIGKILL) when it reaches this named point
+  // of an operation ("snapshot.frozen", "fork.parent_snapshot", "suspend.stopping", ...).
+  std::string crash_point;
 };
 
 // Keys for Watch(): "op:<id>", "cmd:<sandbox>:<command>", "sb:<id>".
@@ -162,6 +166,14 @@ class Platform {
   [[nodiscard]] Result<std::vector<store::OperationRecord>> ListOperations(size_t limit,
                                                                          const std::string& state);
   [[nodiscard]] Result<std::vector<store::TemplateRecord>> ListTemplates();
+  // Template builds (template_build.cc). Validates the request synchronously (name:tag,
+  // exactly one source, the spec's syntax — errors name the line —, that FROM exists,
+  // host paths absolute and present), then queues an operation of kind "template_build"
+  // with target "name:tag". Its result shows progress ({"step","steps","log_tail"}) while
+  // it runs and {"template","digest"} once done.
+  [[nodiscard]] Result<store::OperationRecord> BuildTemplate(const TemplateBuildRequest& req);
+  // The full build log of a template build operation; kNotFound if there is none.
+  [[nodiscard]] Result<std::string> TemplateBuildLog(const std::string& op_id);
 
   // Commands.
   [[nodiscard]] Result<CommandInfo> StartCommand(const std::string& sandbox_id,

@@ -64,6 +64,9 @@ struct Platform::Impl {
   std::vector<std::thread> workers;
   bool stopping = false;
 
+  // Crash-test hook (Config::crash_point): exits the process at once when `point` matches.
+  void CrashPoint(const char* point) const;
+
   void Enqueue(std::function<void()> job);
   void WorkerLoop();
 

@@ -87,6 +87,7 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
       if (!rt) return Fail(Errc::kUnavailable, "runtime " + sb->rec.runtime + " is not available");
       if (op.kind == "pause") {
         SPACE_TRY_WRAP(rt->Pause(id), "pause");
+        CrashPoint("pause.frozen");
         sb->rec.state = "paused";
         return SaveSandbox(*sb);
       }
@@ -104,12 +105,14 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
         // (Capabilities::suspend_keeps_processes), so they are stopped and reported lost.
         sb->rec.state = rule->transitional;
         SPACE_TRY(SaveSandbox(*sb));
+        CrashPoint("suspend.stopping");
         if (sb->session) {
           sb->session->Close();
           sb->session.reset();
         }
         LoseCommands(*sb, "the sandbox was suspended; its processes were stopped");
         SPACE_TRY_WRAP(rt->Destroy(id), "stop instance");
+        CrashPoint("suspend.stopped");
         sb->rec.state = "suspended";
         sb->rec.reason.clear();
         return SaveSandbox(*sb);
@@ -122,6 +125,7 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
       if (root.empty()) return Fail(Errc::kInternal, "the sandbox's root filesystem is gone");
       auto started = rt->Start(InstanceSpecFor(sb->rec, root));
       if (!started) return tl::unexpected(std::move(started.error()).Wrap("start instance"));
+      CrashPoint("wake.started");
       SPACE_TRY_WRAP(ConnectAgent(sb, config.agent_connect_timeout_ms), "connect to agent");
       sb->rec.state = "running";
       sb->rec.reason.clear();

@@ -122,6 +122,13 @@ void Notifier::Notify(const std::string& key) {
 
 // ---------------------------------------------------------------- Impl helpers
 
+void Platform::Impl::CrashPoint(const char* point) const {
+  if (!config.crash_point.empty() && config.crash_point == point) {
+    spdlog::critical("crash point {} reached: exiting as if killed", point);
+    std::_Exit(137);
+  }
+}
+
 void Platform::Impl::Enqueue(std::function<void()> job) {
   std::lock_guard lock(q_mu);
   queue.push_back(std::move(job));
@@ -757,6 +764,10 @@ Status Platform::Recover() {
   auto recs = impl.store->ListSandboxes();
   if (!recs) return tl::unexpected(recs.error());
   std::set<std::string> keep_instances, keep_roots, keep_logs;
+  // Template build logs (template_build.cc) outlive the builds. Build sandboxes ("bld-...")
+  // have no record, so their instances and roots are removed below as orphans, and a
+  // build operation left pending or running is marked failed with the others.
+  keep_logs.insert("templates");
   for (auto& rec : *recs) {
     auto sb = std::make_shared<Sandbox>();
     sb->rec = rec;

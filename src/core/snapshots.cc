@@ -36,7 +36,9 @@ Status Platform::Impl::FrozenSnapshot(Sandbox& sb, const std::string& snap_id) {
     SPACE_TRY_WRAP(rt->Pause(sb.rec.id), "freeze");
     froze = true;
   }
+  CrashPoint("snapshot.frozen");
   auto st = storage->SnapshotRoot(sb.rec.id, snap_id);
+  CrashPoint("snapshot.taken");
   if (froze) {
     if (auto r = rt->Resume(sb.rec.id); !r) {
       spdlog::error("sandbox {}: thaw after snapshot: {}", sb.rec.id, r.error().message);
@@ -194,6 +196,7 @@ void Platform::Impl::RunFork(std::shared_ptr<Sandbox> sb, store::OperationRecord
     spdlog::debug("fork {}: parent snapshot {:.1f} ms", sb->rec.id, (MonotonicNanos() - t0) / 1e6);
     sb->busy_op.clear();
   }
+  CrashPoint("fork.parent_snapshot");
   Json results = Json::array();
   size_t ok = 0;
   for (auto& child : children) {
@@ -205,6 +208,7 @@ void Platform::Impl::RunFork(std::shared_ptr<Sandbox> sb, store::OperationRecord
       child->rec.reason = "fork failed: " + cst.error().message;
       (void)SaveSandbox(*child);
     }
+    CrashPoint("fork.child");
     Json r = {{"id", child->rec.id}, {"state", child->rec.state}, {"error", nullptr}};
     if (cst) {
       ++ok;

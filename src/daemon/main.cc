@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   int64_t max_file_bytes = 1ll << 30;
   bool no_userns = false;
   std::vector<std::string> warm_pools;
+  std::string crash_point;
   app.add_option("--listen", listen, "address:port to serve the API on")->capture_default_str();
   app.add_option("--data-dir", data_dir, "where state, templates and sandboxes live")
       ->capture_default_str();
@@ -67,6 +68,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-file-bytes", max_file_bytes, "largest file upload")->capture_default_str();
   app.add_flag("--no-userns", no_userns, "run sandboxes without a user namespace");
+  // Test-only: exit abruptly at a named point of an operation (crash-recovery tests).
+  app.add_option("--crash-at", crash_point)->group("");
   app.add_option("--warm-pool", warm_pools,
                  "keep N started sandboxes of a template ready: TEMPLATE=N (repeatable)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
@@ -137,6 +140,7 @@ int main(int argc, char** argv) {
   config.data_dir = data_dir;
   config.max_file_bytes = max_file_bytes;
   config.uid_shift = no_userns ? 0 : storage::kDefaultUidShift;
+  config.crash_point = crash_point;
   for (const auto& wp : warm_pools) {
     size_t eq = wp.rfind('=');
     int n = eq == std::string::npos ? -1 : std::atoi(wp.c_str() + eq + 1);

@@ -108,6 +108,23 @@ class Daemon {
     return false;
   }
 
+  // Replaces the extra command-line arguments used by the next Start().
+  void SetExtraArgs(std::vector<std::string> args) { extra_ = std::move(args); }
+
+  // Waits up to `limit` for spaced to exit by itself; true if it did.
+  bool WaitExit(std::chrono::milliseconds limit) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (child_.pid() > 0 && std::chrono::steady_clock::now() < deadline) {
+      int st;
+      if (::waitpid(child_.pid(), &st, WNOHANG) == child_.pid()) {
+        child_.Release();
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return child_.pid() <= 0;
+  }
+
   // SIGKILLs spaced (sandboxes keep running, as after a crash).
   void Kill() {
     if (child_.pid() > 0) {

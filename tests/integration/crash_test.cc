@@ -1,0 +1,125 @@
+// Kill spaced at each step of snapshot, fork, pause, suspend and wake (a test-only
+// --crash-at point exits the daemon abruptly, like SIGKILL, at that instant), restart it,
+// and check every operation ended finished or rolled back: never half-done.
+#include <dirent.h>
+
+#include "tests/integration/harness.h"
+
+namespace space::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+size_t CountDir(const std::string& path) {
+  size_t n = 0;
+  if (DIR* d = ::opendir(path.c_str())) {
+    while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
+
+class CrashTest : public ::testing::TestWithParam<const char*> {};
+
+// Starts a daemon armed to crash at `point`, prepares a sandbox, triggers the operation,
+// waits for the crash, and restarts the daemon unarmed. Returns the sandbox id.
+struct Crashed {
+  std::string sandbox;
+  std::string op_id;
+};
+
+Crashed CrashDuring(Daemon& d, const std::string& point) {
+  Crashed out;
+  d.SetExtraArgs({"--crash-at", point});
+  if (!d.Start()) return out;
+  auto& c = d.client();
+  out.sandbox = CreateSandbox(c);
+  if (out.sandbox.empty()) return out;
+  EXPECT_TRUE(c.WriteFile(out.sandbox, "/root/precious", "data"));
+  std::string family = point.substr(0, point.find('.'));
+  std::string path = "/v1/sandboxes/" + out.sandbox + "/";
+  Result<Json> r = Fail(Errc::kInternal, "not sent");
+  if (family == "wake") {
+    EXPECT_TRUE(c.Call("POST", path + "suspend?wait=60s"));
+    r = c.Call("POST", path + "wake");
+  } else if (family == "snapshot") {
+    r = c.Call("POST", path + "snapshots");
+  } else if (family == "fork") {
+    r = c.Call("POST", path + "fork", Json{{"count", 2}});
+  } else {
+    r = c.Call("POST", path + family);
+  }
+  if (r) out.op_id = (*r)["operation"]["id"];
+  EXPECT_TRUE(d.WaitExit(30s)) << "spaced did not reach crash point " << point;
+  d.SetExtraArgs({});
+  EXPECT_TRUE(d.Start());
+  return out;
+}
+
+TEST_P(CrashTest, OperationEndsDefinite) {
+  SPACE_REQUIRE_SANDBOXES();
+  const std::string point = GetParam();
+  Daemon d;
+  Crashed x = CrashDuring(d, point);
+  ASSERT_FALSE(x.sandbox.empty());
+  auto& c = d.client();
+  // The operation ended, one way or the other; nothing is left pending or running.
+  if (!x.op_id.empty()) {
+    auto op = c.GetOperation(x.op_id);
+    ASSERT_TRUE(op);
+    EXPECT_TRUE((*op)["state"] == "succeeded" || (*op)["state"] == "failed") << op->dump();
+  }
+  auto pending = c.ListOperations("pending");
+  auto running = c.ListOperations("running");
+  ASSERT_TRUE(pending && running);
+  EXPECT_TRUE(pending->empty()) << pending->dump();
+  EXPECT_TRUE(running->empty()) << running->dump();
+  // The sandbox is in a definite state and its data is intact.
+  auto sb = c.GetSandbox(x.sandbox);
+  ASSERT_TRUE(sb);
+  std::string state = (*sb)["state"];
+  std::string family = point.substr(0, point.find('.'));
+  if (family == "suspend" || family == "wake") {
+    EXPECT_EQ(state, "suspended") << sb->dump();
+    ASSERT_TRUE(c.Call("POST", "/v1/sandboxes/" + x.sandbox + "/wake?wait=60s"));
+  } else {
+    // Pause, snapshot and fork roll a frozen instance back to running.
+    EXPECT_EQ(state, "running") << sb->dump();
+  }
+  auto r = c.Run(x.sandbox, Json{{"cmd", "cat /root/precious"}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->out, "data");
+  // Snapshots: every record is ready and backed by storage; no storage orphans.
+  auto snaps = c.Call("GET", "/v1/snapshots");
+  ASSERT_TRUE(snaps);
+  ASSERT_TRUE(snaps->contains("snapshots")) << snaps->dump();
+  const Json& list = (*snaps)["snapshots"];
+  for (const auto& s : list) EXPECT_EQ(s.value("state", ""), "ready") << s.dump();
+  EXPECT_EQ(CountDir(d.data_dir() + "/storage/pool/snapshots"), list.size());
+  // Forks: each child is usable or marked error; none is stuck creating.
+  auto all = c.ListSandboxes();
+  ASSERT_TRUE(all) << all.error().message;
+  for (const auto& s : *all) {
+    std::string st = s.value("state", ""), sid = s.value("id", "");
+    EXPECT_TRUE(st == "running" || st == "error") << s.dump();
+    if (st == "running" && sid != x.sandbox) {
+      auto rc = c.Run(sid, Json{{"cmd", "cat /root/precious"}});
+      ASSERT_TRUE(rc);
+      EXPECT_EQ(rc->out, "data");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, CrashTest,
+                         ::testing::Values("snapshot.frozen", "snapshot.taken",
+                                           "fork.parent_snapshot", "fork.child",
+                                           "pause.frozen", "suspend.stopping", "suspend.stopped",
+                                           "wake.started"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& ch : n) if (ch == '.') ch = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace space::testing
