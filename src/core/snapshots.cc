@@ -96,8 +96,16 @@ void Platform::Impl::RunSnapshot(std::shared_ptr<Sandbox> sb, store::OperationRe
   auto snap = store->GetSnapshot(snap_id);
   if (st && snap) {
     snap->state = "ready";
-    if (auto size = storage->SnapshotSize(snap_id)) snap->size = *size;
     st = store->PutSnapshot(*snap);
+    // Measuring the size may walk the whole tree: do it after the operation has finished.
+    Enqueue([this, snap_id] {
+      auto rec = store->GetSnapshot(snap_id);
+      auto size = storage->SnapshotSize(snap_id);
+      if (rec && size) {
+        rec->size = *size;
+        (void)store->PutSnapshot(*rec);
+      }
+    });
   }
   if (!st) {
     (void)storage->DeleteSnapshot(snap_id);
