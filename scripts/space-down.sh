@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Tears down what a spaced left on the host for one data dir: its sandboxes (containers),
+# the mounts under the data dir (storage pool, runtime namespace), and with --purge the
+# data dir itself. Stop spaced first (it leaves sandboxes running on purpose).
+# Usage: scripts/space-down.sh DATA_DIR [--purge]
+set -euo pipefail
+DATA=${1:?usage: space-down.sh DATA_DIR [--purge]}
+DATA=$(realpath "$DATA")
+STATE="$DATA/runtime/oci"
+if [ -d "$STATE" ]; then
+  for rt in crun runc; do
+    [ -d "$STATE/$rt" ] || continue
+    for id in $(ls "$STATE/$rt" 2>/dev/null); do
+      if [ -e "$STATE/ns/mnt" ]; then
+        nsenter --mount="$STATE/ns/mnt" "$rt" --root "$STATE/$rt" delete -f "$id" >/dev/null 2>&1 || true
+      else
+        "$rt" --root "$STATE/$rt" delete -f "$id" >/dev/null 2>&1 || true
+      fi
+    done
+  done
+  # Leftover cgroups of the sandboxes (crun removes them; this covers crashes).
+  for dir in /sys/fs/cgroup/*/space/sb-* /sys/fs/cgroup/space/sb-*; do
+    [ -d "$dir" ] && grep -q . "$dir/cgroup.procs" 2>/dev/null && continue
+    [ -d "$dir" ] && rmdir "$dir" 2>/dev/null || true
+  done
+fi
+# Unmount deepest first.
+grep -F " $DATA" /proc/self/mountinfo | awk '{print $5}' | sort -r | while read -r m; do
+  umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+done
+if [ "${2:-}" = "--purge" ]; then rm -rf "$DATA"; fi
