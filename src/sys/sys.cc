@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -160,6 +161,7 @@ Result<ChildProcess> Spawn(const SpawnOptions& opts) {
     ::sigprocmask(SIG_SETMASK, &all, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
     if (opts.new_session) ::setsid();
+    if (opts.die_with_parent) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (opts.mount_ns_fd >= 0 && ::setns(opts.mount_ns_fd, CLONE_NEWNS) != 0)
       ChildFail(errpipe[1], "setns");
     int devnull = ::open("/dev/null", O_RDWR);

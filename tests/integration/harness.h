@@ -80,7 +80,10 @@ class Daemon {
       ADD_FAILURE() << fd.error().message;
       return false;
     }
-    auto child = sys::Spawn({.argv = argv, .stdout_fd = fd->get(), .stderr_fd = fd->get()});
+    // If the test binary crashes, spaced dies with it (its sandboxes are removed by the
+    // integration_cleanup step that ctest runs afterwards).
+    auto child = sys::Spawn({.argv = argv, .die_with_parent = true, .stdout_fd = fd->get(),
+                             .stderr_fd = fd->get()});
     if (!child) {
       ADD_FAILURE() << "spawn spaced: " << child.error().message;
       return false;
