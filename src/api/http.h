@@ -120,6 +120,20 @@ struct Ctx {
       chunked_;
 };
 
+// Replies {key: [view(item)...]}, or the list's error.
+template <class T, class View>
+Awaitable<void> ReplyList(Ctx& ctx, std::string key, Result<std::vector<T>> list, View view) {
+  if (!list) {
+    co_await ctx.ReplyError(list.error());
+    co_return;
+  }
+  Json arr = Json::array();
+  for (const auto& item : *list) arr.push_back(view(item));
+  Json body = Json::object();
+  body[key] = std::move(arr);
+  co_await ctx.Reply(200, body);
+}
+
 // Parses ?wait=30s (capped at 5 minutes); 0 if absent; -1 if malformed.
 int64_t WaitMillis(const Ctx& ctx);
 

@@ -190,16 +190,7 @@ Awaitable<bool> RouteCommands(Ctx& ctx) {
     }
     if (ctx.method == "GET") {
       auto list = co_await ctx.Blocking([&] { return p->ListCommands(sb); });
-      if (!list) {
-        co_await ctx.ReplyError(list.error());
-        co_return true;
-      }
-      Json arr = Json::array();
-      for (const auto& c : *list) arr.push_back(CommandJson(c));
-      {
-        Json reply_body = {{"commands", arr}};
-        co_await ctx.Reply(200, reply_body);
-      }
+      co_await ReplyList(ctx, "commands", std::move(list), CommandJson);
       co_return true;
     }
     co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "method not allowed"});

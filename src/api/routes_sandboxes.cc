@@ -184,16 +184,7 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
         f.labels[l.substr(0, eq)] = l.substr(eq + 1);
       }
       auto list = co_await ctx.Blocking([&] { return p->ListSandboxes(f); });
-      if (!list) {
-        co_await ctx.ReplyError(list.error());
-        co_return true;
-      }
-      Json arr = Json::array();
-      for (const auto& r : *list) arr.push_back(SandboxJson(r));
-      {
-        Json reply_body = {{"sandboxes", arr}};
-        co_await ctx.Reply(200, reply_body);
-      }
+      co_await ReplyList(ctx, "sandboxes", std::move(list), SandboxJson);
       co_return true;
     }
     co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "method not allowed"});
@@ -259,14 +250,7 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
     const std::string id = s[2];
     if (ctx.method == "GET") {
       auto snaps = co_await ctx.Blocking([&] { return p->ListSnapshots(id); });
-      if (!snaps) {
-        co_await ctx.ReplyError(snaps.error());
-        co_return true;
-      }
-      Json arr = Json::array();
-      for (const auto& sn : *snaps) arr.push_back(SnapshotJson(sn));
-      Json body = {{"snapshots", arr}};
-      co_await ctx.Reply(200, body);
+      co_await ReplyList(ctx, "snapshots", std::move(snaps), SnapshotJson);
       co_return true;
     }
     if (ctx.method != "POST") {
@@ -351,14 +335,7 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
   if (s.size() >= 2 && s[1] == "snapshots") {
     if (s.size() == 2 && ctx.method == "GET") {
       auto snaps = co_await ctx.Blocking([&] { return p->ListSnapshots(""); });
-      if (!snaps) {
-        co_await ctx.ReplyError(snaps.error());
-        co_return true;
-      }
-      Json arr = Json::array();
-      for (const auto& sn : *snaps) arr.push_back(SnapshotJson(sn));
-      Json body = {{"snapshots", arr}};
-      co_await ctx.Reply(200, body);
+      co_await ReplyList(ctx, "snapshots", std::move(snaps), SnapshotJson);
       co_return true;
     }
     if (s.size() == 3 && ctx.method == "GET") {
@@ -454,16 +431,7 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
     }
     std::string state = ctx.Query("state");
     auto ops = co_await ctx.Blocking([&] { return p->ListOperations(limit, state); });
-    if (!ops) {
-      co_await ctx.ReplyError(ops.error());
-      co_return true;
-    }
-    Json arr = Json::array();
-    for (const auto& o : *ops) arr.push_back(OperationJson(o));
-    {
-      Json reply_body = {{"operations", arr}};
-      co_await ctx.Reply(200, reply_body);
-    }
+    co_await ReplyList(ctx, "operations", std::move(ops), OperationJson);
     co_return true;
   }
 

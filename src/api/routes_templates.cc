@@ -103,16 +103,7 @@ Awaitable<bool> RouteTemplates(Ctx& ctx) {
 
   if (s.size() == 2 && ctx.method == "GET") {
     auto ts = co_await ctx.Blocking([&] { return p->ListTemplates(); });
-    if (!ts) {
-      co_await ctx.ReplyError(ts.error());
-      co_return true;
-    }
-    Json arr = Json::array();
-    for (const auto& t : *ts) arr.push_back(TemplateJson(t));
-    {
-      Json reply_body = {{"templates", arr}};
-      co_await ctx.Reply(200, reply_body);
-    }
+    co_await ReplyList(ctx, "templates", std::move(ts), TemplateJson);
     co_return true;
   }
 
