@@ -291,15 +291,27 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
     *source_snapshot = req.snapshot_id;
   } else {
     std::string ref = req.template_ref.empty() ? config.default_template : req.template_ref;
-    auto parsed = ParseTemplateRef(ref);
-    if (!parsed) return tl::unexpected(parsed.error());
-    auto tmpl = store->GetTemplate(parsed->first, parsed->second);
-    if (!tmpl) {
-      if (tmpl.error().code == Errc::kNotFound)
-        return Fail(Errc::kNotFound, "unknown template " + parsed->first + ":" + parsed->second);
-      return tl::unexpected(tmpl.error());
+    Result<store::TemplateRecord> tmpl = Fail(Errc::kNotFound, "");
+    if (StartsWith(ref, "sha256:")) {
+      // Pinned by content digest.
+      if (ref.size() != 7 + 64 || ref.find_first_not_of("0123456789abcdef", 7) != std::string::npos)
+        return Fail(Errc::kInvalidArgument, "invalid template digest \"" + ref + "\"");
+      tmpl = store->GetTemplateByDigest(ref);
+      if (!tmpl && tmpl.error().code == Errc::kNotFound)
+        return Fail(Errc::kNotFound, "unknown template " + ref);
+      if (!tmpl) return tl::unexpected(tmpl.error());
+      template_ref = tmpl->name + ":" + tmpl->tag;
+    } else {
+      auto parsed = ParseTemplateRef(ref);
+      if (!parsed) return tl::unexpected(parsed.error());
+      tmpl = store->GetTemplate(parsed->first, parsed->second);
+      if (!tmpl) {
+        if (tmpl.error().code == Errc::kNotFound)
+          return Fail(Errc::kNotFound, "unknown template " + parsed->first + ":" + parsed->second);
+        return tl::unexpected(tmpl.error());
+      }
+      template_ref = parsed->first + ":" + parsed->second;
     }
-    template_ref = parsed->first + ":" + parsed->second;
     template_digest = tmpl->digest;
     template_config = tmpl->config;
     rt = config.default_runtime;

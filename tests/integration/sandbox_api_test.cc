@@ -65,6 +65,23 @@ TEST_F(SandboxApiTest, SandboxIsListedAndFilteredByLabel) {
   EXPECT_EQ(running->size(), 1u);
 }
 
+TEST_F(SandboxApiTest, TemplatesResolveByNameAndByDigest) {
+  auto sb = c().GetSandbox(sandbox_);
+  ASSERT_TRUE(sb);
+  std::string digest = (*sb)["template_digest"];
+  auto pinned = c().CreateSandboxAndWait({{"template", digest}}, 60s);
+  ASSERT_TRUE(pinned) << pinned.error().message;
+  EXPECT_EQ((*pinned)["template"], "base:latest");
+  EXPECT_EQ((*pinned)["template_digest"], digest);
+  ASSERT_TRUE(c().DeleteSandboxAndWait((*pinned)["id"].get<std::string>(), 60s));
+  auto unknown = c().CreateSandbox({{"template", "sha256:" + std::string(64, 'f')}});
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code, Errc::kNotFound);
+  auto bad = c().CreateSandbox({{"template", "sha256:xyz"}});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::kInvalidArgument);
+}
+
 TEST_F(SandboxApiTest, EchoWithExitCodeAndSeparateStreams) {
   auto r = Run({{"cmd", "echo out; echo err >&2; exit 7"}});
   EXPECT_EQ(r.out, "out\n");
