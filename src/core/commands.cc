@@ -109,8 +109,12 @@ Result<CommandInfo> Platform::StartCommand(const std::string& sandbox_id,
   } else {
     exec["shell"] = req.shell;
   }
-  if (!req.cwd.empty()) exec["cwd"] = req.cwd;
-  if (!req.user.empty()) exec["user"] = req.user;
+  // Defaults come from the template (WORKDIR, USER); the agent falls back to the user's home.
+  const Json* tc = JsonField(sb->rec.spec, "template_config");
+  std::string cwd = !req.cwd.empty() ? req.cwd : (tc ? JsonStringOr(*tc, "workdir", "") : "");
+  std::string user = !req.user.empty() ? req.user : (tc ? JsonStringOr(*tc, "user", "") : "");
+  if (!cwd.empty()) exec["cwd"] = cwd;
+  if (!user.empty()) exec["user"] = user;
   auto resp = sb->session->Call(exec, {}, config_.agent_request_timeout_ms);
   if (!resp) {
     {
