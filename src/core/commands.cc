@@ -113,6 +113,8 @@ Result<CommandInfo> Platform::StartCommand(const std::string& sandbox_id,
   const Json* tc = JsonField(sb->rec.spec, "template_config");
   std::string cwd = !req.cwd.empty() ? req.cwd : (tc ? JsonStringOr(*tc, "workdir", "") : "");
   std::string user = !req.user.empty() ? req.user : (tc ? JsonStringOr(*tc, "user", "") : "");
+  // Root is the agent's own default; naming it would need a passwd entry some images lack.
+  if (req.user.empty() && (user == "root" || user == "0")) user.clear();
   if (!cwd.empty()) exec["cwd"] = cwd;
   if (!user.empty()) exec["user"] = user;
   auto resp = sb->session->Call(exec, {}, config_.agent_request_timeout_ms);
