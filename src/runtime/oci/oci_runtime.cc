@@ -193,6 +193,7 @@ class OciRuntime final : public Runtime {
 
   Status StartSteps(const InstanceSpec& spec);
   Status PauseResume(const std::string& id, bool pause);
+  Status FreezeDirect(const std::string& id, bool freeze);
   static Status UnmountAll(const std::string& path);
 
   OciOptions opts_;
@@ -420,6 +421,9 @@ Status OciRuntime::PauseResume(const std::string& id, bool pause) {
   if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "oci: bad instance id '" + id + "'");
   if (!sys::Exists(StateDirOf(id)))
     return Fail(Errc::kNotFound, std::string("oci: ") + verb + " " + id + ": no such instance");
+  // The freezer is what `crun pause` writes too; doing it here saves two process spawns
+  // (~5-10 ms), which matters for snapshots and forks that freeze for an instant.
+  if (FreezeDirect(id, pause)) return Ok();
   auto r = RunRuntime({verb, id});
   if (!r) return tl::unexpected(std::move(r.error()).Wrap(std::string("oci: ") + verb));
   if (r->ok()) return Ok();
@@ -434,6 +438,34 @@ Status OciRuntime::PauseResume(const std::string& id, bool pause) {
     }
   }
   return Fail(Errc::kInternal, "oci: " + CmdError(std::string(verb) + " " + id, *r));
+}
+
+Status OciRuntime::FreezeDirect(const std::string& id, bool freeze) {
+  const oci::Hierarchy* h = oci::FindHierarchy(hierarchies_, "freezer");
+  if (!h) return Fail(Errc::kUnavailable, "no freezer hierarchy");
+  const std::string dir = h->mount_point + CgroupRel(id);
+  if (!sys::Exists(dir)) return Fail(Errc::kNotFound, "no cgroup " + dir);
+  // An empty cgroup (the instance's init died) is not a running instance: let the runtime
+  // binary give its answer (a conflict).
+  auto procs = sys::ReadFile(dir + "/cgroup.procs");
+  if (!procs || procs->empty()) return Fail(Errc::kConflict, "instance " + id + " has no processes");
+  const std::string ctl = dir + (h->v2 ? "/cgroup.freeze" : "/freezer.state");
+  const std::string value = h->v2 ? (freeze ? "1" : "0") : (freeze ? "FROZEN" : "THAWED");
+  const std::string want = h->v2 ? (freeze ? "frozen 1" : "frozen 0") : value;
+  const std::string status = h->v2 ? dir + "/cgroup.events" : ctl;
+  {
+    auto fd = sys::Open(ctl, O_WRONLY);
+    if (!fd) return tl::unexpected(fd.error());
+    SPACE_TRY(sys::WriteAll(fd->get(), value));
+  }
+  // Freezing is asynchronous (v1 passes through FREEZING): wait until it took.
+  for (int i = 0; i < 5000; ++i) {
+    auto now = sys::ReadFile(status);
+    if (!now) return tl::unexpected(now.error());
+    if (now->find(want) != std::string::npos) return Ok();
+    ::usleep(200);
+  }
+  return Fail(Errc::kDeadlineExceeded, "freezer of " + id + " did not reach " + want);
 }
 
 Status OciRuntime::UnmountAll(const std::string& path) {
