@@ -397,8 +397,9 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
     op.request = {{"warm", true}};
     op.result = {{"sandbox_id", member->rec.id}, {"warm", true}};
     op.created_ms = op.updated_ms = member->rec.created_ms;
-    SPACE_TRY(impl_->store->PutOperation(op));
-    SPACE_TRY(impl_->SaveSandbox(*member));
+    member->rec.updated_ms = member->rec.created_ms;
+    SPACE_TRY(impl_->store->PutSandboxAndOperation(member->rec, op));
+    notifier_.Notify("sb:" + member->rec.id);
     FillPools();
     return std::make_pair(op, member->rec);
   }
@@ -410,8 +411,7 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
   op.state = "pending";
   op.request = {{"snapshot", snapshot}};
   op.created_ms = op.updated_ms = sb->rec.created_ms;
-  SPACE_TRY(impl_->store->PutSandbox(sb->rec));
-  SPACE_TRY(impl_->store->PutOperation(op));
+  SPACE_TRY(impl_->store->PutSandboxAndOperation(sb->rec, op));
   {
     std::lock_guard lock(impl_->mu);
     impl_->sandboxes[sb->rec.id] = sb;

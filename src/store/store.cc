@@ -503,6 +503,20 @@ Store::~Store() {
 
 Status Store::PutSandbox(const SandboxRecord& r) {
   std::lock_guard lock(mu_);
+  return PutSandboxLocked(r);
+}
+
+Status Store::PutSandboxAndOperation(const SandboxRecord& sb, const OperationRecord& op) {
+  std::lock_guard lock(mu_);
+  const std::string ctx = "put sandbox " + sb.id + " and operation " + op.id;
+  Transaction tx(db_);
+  SPACE_TRY(tx.Begin(ctx));
+  SPACE_TRY(PutSandboxLocked(sb));
+  SPACE_TRY(PutOperationLocked(op));
+  return tx.Commit(ctx);
+}
+
+Status Store::PutSandboxLocked(const SandboxRecord& r) {
   Stmt st(db_, "put sandbox " + r.id);
   // An upsert, not INSERT OR REPLACE: REPLACE deletes the old row first, which would fire
   // ON DELETE CASCADE and silently drop the sandbox's commands. next_stream never moves
@@ -654,6 +668,10 @@ Result<std::vector<CommandRecord>> Store::ListCommands(const std::string& sandbo
 
 Status Store::PutOperation(const OperationRecord& r) {
   std::lock_guard lock(mu_);
+  return PutOperationLocked(r);
+}
+
+Status Store::PutOperationLocked(const OperationRecord& r) {
   Stmt st(db_, "put operation " + r.id);
   STORE_PREPARE(st, R"sql(
 INSERT INTO operations (id, kind, target, state, request, result, error_code, error_message,

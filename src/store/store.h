@@ -95,6 +95,8 @@ class Store {
   // Insert or update (an upsert: an update never touches the sandbox's commands).
   // next_stream never moves backwards: a stale record cannot re-issue a stream id.
   [[nodiscard]] Status PutSandbox(const SandboxRecord& r);
+  // A sandbox and an operation in one transaction (one fsync): the create path's records.
+  [[nodiscard]] Status PutSandboxAndOperation(const SandboxRecord& sb, const OperationRecord& op);
   [[nodiscard]] Result<SandboxRecord> GetSandbox(const std::string& id);   // kNotFound
   [[nodiscard]] Result<std::vector<SandboxRecord>> ListSandboxes();        // by created_ms
   [[nodiscard]] Status DeleteSandbox(const std::string& id);        // also its commands; ok if missing
@@ -129,6 +131,8 @@ class Store {
 
  private:
   explicit Store(sqlite3* db) : db_(db) {}
+  Status PutSandboxLocked(const SandboxRecord& r);      // caller holds mu_
+  Status PutOperationLocked(const OperationRecord& r);  // caller holds mu_
   std::mutex mu_;
   sqlite3* db_;
 };
