@@ -113,8 +113,11 @@ Result<Message> DecodeMessage(std::string_view payload) {
   uint32_t jlen = GetU32(payload.data());
   if (jlen > payload.size() - 4) return Fail(Errc::kInvalidArgument, "agent message: bad JSON length");
   Message m;
-  m.json = nlohmann::json::parse(payload.substr(4, jlen), nullptr, /*allow_exceptions=*/false);
-  if (m.json.is_discarded() || !m.json.is_object())
+  // Through ParseJson: it also bounds the nesting depth (a hostile peer's deep document
+  // would overflow the stack when copied).
+  auto parsed = ParseJson(payload.substr(4, jlen));
+  if (parsed) m.json = std::move(*parsed);
+  if (!parsed || !m.json.is_object())
     return Fail(Errc::kInvalidArgument, "agent message: JSON is not an object");
   m.body = std::string(payload.substr(4 + jlen));
   return m;

@@ -1,4 +1,5 @@
 #include "common/common.h"
+#include "common/json.h"
 
 #include <gtest/gtest.h>
 
@@ -38,6 +39,17 @@ TEST(DurationTest, Parses) {
 TEST(ErrcTest, NamesRoundTrip) {
   EXPECT_EQ(ErrcFromName(ErrcName(Errc::kTooLarge)), Errc::kTooLarge);
   EXPECT_EQ(ErrcFromName("bogus"), Errc::kInternal);
+}
+
+TEST(JsonTest, DeepNestingIsRejectedNotACrash) {
+  std::string deep = std::string(400000, '[') + std::string(400000, ']');
+  EXPECT_FALSE(ParseJson(deep));
+  std::string ok = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  EXPECT_TRUE(ParseJson(ok));
+  std::string too = std::string(kMaxJsonDepth + 1, '{') ;
+  EXPECT_FALSE(ParseJson(too + "}"));
+  // Brackets inside strings do not count.
+  EXPECT_TRUE(ParseJson("{\"a\":\"" + std::string(1000, '[') + "\\\"[\"}"));
 }
 
 }  // namespace

@@ -13,8 +13,40 @@ namespace space {
 
 using Json = nlohmann::json;
 
-// Parses text into a JSON value; nullopt on malformed input (never throws).
+// Deepest array/object nesting ParseJson accepts. nlohmann parses any depth, but copying
+// or dumping a value recurses once per level: 400,000 levels overflow the stack.
+inline constexpr int kMaxJsonDepth = 64;
+
+// True if no array/object in `text` nests deeper than `max_depth` (strings are skipped).
+inline bool JsonDepthWithin(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+// Parses text into a JSON value; nullopt on malformed input or nesting deeper than
+// kMaxJsonDepth (never throws).
 inline std::optional<Json> ParseJson(std::string_view text) {
+  if (!JsonDepthWithin(text, kMaxJsonDepth)) return std::nullopt;
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return std::nullopt;
   return j;
