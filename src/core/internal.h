@@ -107,6 +107,9 @@ struct Platform::Impl {
   std::mutex pool_mu;            // guards refilling (one refill at a time)
   bool refill_queued = false;    // guarded by pool_mu
   bool refill_again = false;     // guarded by pool_mu: a claim happened during a refill
+  // A claim schedules the refill a moment later (the reaper starts it), so starting the
+  // replacement does not compete with the claimer's first commands for the CPU.
+  std::atomic<int64_t> refill_due_ms{0};
   void RefillPools();
   void RefillPoolsOnce();
   // Claims a pool member for `req` if one fits; nullptr if none.

@@ -1,6 +1,8 @@
 // Lifecycle transitions of a running sandbox: pause, resume, suspend, wake.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "core/internal.h"
 
 namespace space::core {
@@ -195,8 +197,12 @@ void Platform::Impl::ReaperLoop() {
   for (;;) {
     {
       std::unique_lock lock(q_mu);
-      reaper_cv.wait_for(lock, std::chrono::milliseconds(config.reaper_interval_ms),
-                         [&] { return stopping; });
+      // Wake sooner when a pool refill is due.
+      int64_t wait_ms = config.reaper_interval_ms;
+      if (int64_t due = refill_due_ms; due > 0) {
+        wait_ms = std::clamp<int64_t>(due - NowUnixMillis(), 1, wait_ms);
+      }
+      reaper_cv.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return stopping; });
       if (stopping) return;
     }
     ReapOnce();
@@ -210,6 +216,10 @@ void Platform::Impl::ReapOnce() {
     for (auto& [id, sb] : sandboxes) all.push_back(sb);
   }
   const int64_t now = NowUnixMillis();
+  if (int64_t due = refill_due_ms; due > 0 && now >= due) {
+    refill_due_ms = 0;
+    self->FillPools();
+  }
   for (auto& sb : all) {
     ScheduledSnapshots(sb, now);
     std::string id, action, why;

@@ -400,7 +400,7 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
     member->rec.updated_ms = member->rec.created_ms;
     SPACE_TRY(impl_->store->PutSandboxAndOperation(member->rec, op));
     notifier_.Notify("sb:" + member->rec.id);
-    FillPools();
+    impl_->refill_due_ms = NowUnixMillis() + 250;
     return std::make_pair(op, member->rec);
   }
   auto sb = *made;
