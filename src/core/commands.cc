@@ -185,9 +185,12 @@ Result<std::unique_ptr<store::OutputReader>> Platform::OpenOutput(const std::str
   return std::make_unique<store::OutputReader>(impl_->LogDir(sandbox_id), cid);
 }
 
-Status Platform::WriteStdin(const std::string& sandbox_id, const std::string& cid,
-                            std::string_view bytes, bool eof) {
-  auto sb = impl_->Find(sandbox_id);
+namespace {
+// A command that is still running in a live sandbox: kNotFound for an unknown sandbox or
+// command, kConflict for one that has ended.
+Result<std::pair<std::shared_ptr<Platform::Sandbox>, std::shared_ptr<Command>>> LiveCommand(
+    Platform::Impl& impl, const std::string& sandbox_id, const std::string& cid) {
+  auto sb = impl.Find(sandbox_id);
   if (!sb) return Fail(Errc::kNotFound, "no sandbox " + sandbox_id);
   std::shared_ptr<Command> cmd;
   {
@@ -196,10 +199,19 @@ Status Platform::WriteStdin(const std::string& sandbox_id, const std::string& ci
     if (it != sb->commands.end()) cmd = it->second;
   }
   if (!cmd) {
-    auto rec = impl_->store->GetCommand(sandbox_id, cid);
+    auto rec = impl.store->GetCommand(sandbox_id, cid);
     if (!rec) return tl::unexpected(rec.error());
     return Fail(Errc::kConflict, "command " + cid + " has ended");
   }
+  return std::make_pair(sb, cmd);
+}
+}  // namespace
+
+Status Platform::WriteStdin(const std::string& sandbox_id, const std::string& cid,
+                            std::string_view bytes, bool eof) {
+  auto live = LiveCommand(*impl_, sandbox_id, cid);
+  if (!live) return tl::unexpected(live.error());
+  auto& [sb, cmd] = *live;
   uint32_t stream;
   {
     std::lock_guard l(cmd->mu);
@@ -214,19 +226,9 @@ Status Platform::WriteStdin(const std::string& sandbox_id, const std::string& ci
 
 Status Platform::Signal(const std::string& sandbox_id, const std::string& cid, int signal) {
   if (signal < 1 || signal > 64) return Fail(Errc::kInvalidArgument, "signal must be 1..64");
-  auto sb = impl_->Find(sandbox_id);
-  if (!sb) return Fail(Errc::kNotFound, "no sandbox " + sandbox_id);
-  std::shared_ptr<Command> cmd;
-  {
-    std::lock_guard l(sb->cmd_mu);
-    auto it = sb->commands.find(cid);
-    if (it != sb->commands.end()) cmd = it->second;
-  }
-  if (!cmd) {
-    auto rec = impl_->store->GetCommand(sandbox_id, cid);
-    if (!rec) return tl::unexpected(rec.error());
-    return Fail(Errc::kConflict, "command " + cid + " has ended");
-  }
+  auto live = LiveCommand(*impl_, sandbox_id, cid);
+  if (!live) return tl::unexpected(live.error());
+  auto& [sb, cmd] = *live;
   auto session = LiveSession(*sb);
   if (!session) return tl::unexpected(session.error());
   auto r = (*session)->Call({{"op", "signal"}, {"stream", cmd->rec.stream}, {"signal", signal}}, {},

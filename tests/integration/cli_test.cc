@@ -6,22 +6,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class CliTest : public ::testing::Test {
+class CliTest : public SharedDaemonTest<CliTest> {
  protected:
-  static void SetUpTestSuite() {
-    std::string why;
-    if (!CanRunSandboxes(&why)) return;
-    daemon_ = new Daemon();
-    if (!daemon_->Start()) return;
-  }
-  static void TearDownTestSuite() {
-    delete daemon_;
-    daemon_ = nullptr;
-  }
-  void SetUp() override {
-    SPACE_REQUIRE_SANDBOXES();
-    ASSERT_NE(daemon_, nullptr);
-  }
   // Runs `space ARGS...` with SPACE_URL/SPACE_API_KEY set (or only the data dir).
   sys::RunResult Space(std::vector<std::string> args, bool via_env = true,
                        const std::string& stdin_path = "") {
@@ -40,9 +26,7 @@ class CliTest : public ::testing::Test {
     EXPECT_TRUE(r) << (r ? "" : r.error().message);
     return r ? *r : sys::RunResult{};
   }
-  static Daemon* daemon_;
 };
-Daemon* CliTest::daemon_ = nullptr;
 
 std::string Trim(std::string s) { return Daemon::Trim(std::move(s)); }
 

@@ -200,6 +200,32 @@ class Daemon {
   bool cleaned_ = false;
 };
 
+// A suite whose tests share one spaced: started once before the first test, torn down (with
+// everything it made) after the last. Suite may define `static std::vector<std::string>
+// DaemonArgs()` for extra flags.
+template <class Suite>
+class SharedDaemonTest : public ::testing::Test {
+ protected:
+  static std::vector<std::string> DaemonArgs() { return {}; }
+  static void SetUpTestSuite() {
+    std::string why;
+    if (!CanRunSandboxes(&why)) return;
+    daemon_ = new Daemon(Suite::DaemonArgs());
+    if (!daemon_->Start()) return;
+  }
+  static void TearDownTestSuite() {
+    delete daemon_;
+    daemon_ = nullptr;
+  }
+  void SetUp() override {
+    SPACE_REQUIRE_SANDBOXES();
+    ASSERT_NE(daemon_, nullptr);
+  }
+  client::Client& c() { return daemon_->client(); }
+
+  static inline Daemon* daemon_ = nullptr;
+};
+
 // A sandbox created for a test; deleted when the guard goes out of scope.
 inline std::string CreateSandbox(client::Client& c, const Json& body = Json::object()) {
   auto sb = c.CreateSandboxAndWait(body, std::chrono::seconds(60));

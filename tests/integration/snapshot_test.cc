@@ -7,23 +7,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class SnapshotTest : public ::testing::Test {
+class SnapshotTest : public SharedDaemonTest<SnapshotTest> {
  protected:
-  static void SetUpTestSuite() {
-    std::string why;
-    if (!CanRunSandboxes(&why)) return;
-    daemon_ = new Daemon();
-    if (!daemon_->Start()) return;
-  }
-  static void TearDownTestSuite() {
-    delete daemon_;
-    daemon_ = nullptr;
-  }
-  void SetUp() override {
-    SPACE_REQUIRE_SANDBOXES();
-    ASSERT_NE(daemon_, nullptr);
-  }
-  client::Client& c() { return daemon_->client(); }
   std::string Snapshot(const std::string& id) {
     auto r = c().Call("POST", "/v1/sandboxes/" + id + "/snapshots?wait=60s");
     EXPECT_TRUE(r) << (r ? "" : r.error().message);
@@ -35,9 +20,7 @@ class SnapshotTest : public ::testing::Test {
     auto f = c().ReadFile(id, path);
     return f ? *f : "<" + f.error().message + ">";
   }
-  static Daemon* daemon_;
 };
-Daemon* SnapshotTest::daemon_ = nullptr;
 
 TEST_F(SnapshotTest, CreateFromSnapshotSeesThatMoment) {
   std::string id = CreateSandbox(c());

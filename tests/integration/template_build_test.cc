@@ -33,23 +33,8 @@ std::vector<std::string> BuildLeftovers(const std::string& dir, int depth = 4) {
   return out;
 }
 
-class TemplateBuildTest : public ::testing::Test {
+class TemplateBuildTest : public SharedDaemonTest<TemplateBuildTest> {
  protected:
-  static void SetUpTestSuite() {
-    std::string why;
-    if (!CanRunSandboxes(&why)) return;
-    daemon_ = new Daemon();
-    if (!daemon_->Start()) return;
-  }
-  static void TearDownTestSuite() {
-    delete daemon_;
-    daemon_ = nullptr;
-  }
-  void SetUp() override {
-    SPACE_REQUIRE_SANDBOXES();
-    ASSERT_NE(daemon_, nullptr);
-  }
-  client::Client& c() { return daemon_->client(); }
 
   // POST /v1/templates?wait=…; returns (status, body).
   std::pair<int, Json> Build(const Json& body, const std::string& wait = "120s") {
@@ -73,9 +58,7 @@ class TemplateBuildTest : public ::testing::Test {
     for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
     return n;
   }
-  static Daemon* daemon_;
 };
-Daemon* TemplateBuildTest::daemon_ = nullptr;
 
 constexpr const char* kSpec = "FROM base\nRUN echo hi > /hello\nENV X=1\nRUN cat /hello > /copy\n";
 
