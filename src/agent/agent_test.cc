@@ -611,7 +611,8 @@ TEST_F(AgentTest, GracePeriodEndsEvenWhileOutputKeepsComing) {
                               "; while :; do echo x; sleep 0.05; done' &) ; echo done"}});
   int64_t took = NowMs() - t0;
   EXPECT_EQ(o.exit["exit_code"], 0) << o.exit.dump();
-  EXPECT_EQ(o.out.substr(0, 5), "done\n");
+  // The detached writer races the shell: its first "x" may come before "done".
+  EXPECT_NE(o.out.find("done\n"), std::string::npos) << o.out;
   EXPECT_GT(o.out.size(), 5u + 2 * 10) << "output after the exit was not read";
   EXPECT_EQ(o.exit["stdout_end"], o.out.size());
   EXPECT_GE(took, 1800);
