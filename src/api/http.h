@@ -134,6 +134,11 @@ Awaitable<void> ReplyList(Ctx& ctx, std::string key, Result<std::vector<T>> list
   co_await ctx.Reply(200, body);
 }
 
+bool Finished(const store::OperationRecord& op);
+// Waits until an operation finishes or the deadline passes; returns its latest record.
+Awaitable<Result<store::OperationRecord>> AwaitOperation(Ctx& ctx, const std::string& id,
+                                                         int64_t wait_ms);
+
 // Parses ?wait=30s (capped at 5 minutes); 0 if absent; -1 if malformed.
 int64_t WaitMillis(const Ctx& ctx);
 

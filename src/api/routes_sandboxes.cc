@@ -99,23 +99,6 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   return req;
 }
 
-bool Finished(const store::OperationRecord& op) {
-  return op.state == "succeeded" || op.state == "failed";
-}
-
-// Waits until an operation finishes or the deadline passes; returns its latest record.
-Awaitable<Result<store::OperationRecord>> AwaitOperation(Ctx& ctx, const std::string& id,
-                                                         int64_t wait_ms) {
-  int64_t deadline = MonotonicNanos() + wait_ms * 1000000;
-  Ctx::Watcher w(ctx, "op:" + id);
-  for (;;) {
-    w.Arm();
-    auto op = co_await ctx.Blocking([&] { return ctx.platform->GetOperation(id); });
-    if (!op || Finished(*op) || MonotonicNanos() >= deadline) co_return op;
-    co_await w.Wait(deadline);
-  }
-}
-
 }  // namespace
 
 Awaitable<bool> RouteSandboxes(Ctx& ctx) {

@@ -78,22 +78,6 @@ Result<core::TemplateBuildRequest> ParseBuild(const Json& body) {
   return req;
 }
 
-bool Finished(const store::OperationRecord& op) {
-  return op.state == "succeeded" || op.state == "failed";
-}
-
-Awaitable<Result<store::OperationRecord>> AwaitBuild(Ctx& ctx, const std::string& id,
-                                                     int64_t wait_ms) {
-  int64_t deadline = MonotonicNanos() + wait_ms * 1000000;
-  Ctx::Watcher w(ctx, "op:" + id);
-  for (;;) {
-    w.Arm();
-    auto op = co_await ctx.Blocking([&] { return ctx.platform->GetOperation(id); });
-    if (!op || Finished(*op) || MonotonicNanos() >= deadline) co_return op;
-    co_await w.Wait(deadline);
-  }
-}
-
 }  // namespace
 
 Awaitable<bool> RouteTemplates(Ctx& ctx) {
@@ -136,7 +120,7 @@ Awaitable<bool> RouteTemplates(Ctx& ctx) {
     }
     store::OperationRecord op = *started;
     if (wait_ms > 0) {
-      auto done = co_await AwaitBuild(ctx, op.id, wait_ms);
+      auto done = co_await AwaitOperation(ctx, op.id, wait_ms);
       if (done) op = *done;
       if (op.state == "failed") {
         Json err = ErrorBody(Error{ErrcFromName(op.error_code), 0, op.error_message});

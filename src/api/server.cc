@@ -237,6 +237,22 @@ Awaitable<bool> Ctx::Watcher::Wait(int64_t deadline_ns) {
   co_return fired;
 }
 
+bool Finished(const store::OperationRecord& op) {
+  return op.state == "succeeded" || op.state == "failed";
+}
+
+Awaitable<Result<store::OperationRecord>> AwaitOperation(Ctx& ctx, const std::string& id,
+                                                         int64_t wait_ms) {
+  int64_t deadline = MonotonicNanos() + wait_ms * 1000000;
+  Ctx::Watcher w(ctx, "op:" + id);
+  for (;;) {
+    w.Arm();
+    auto op = co_await ctx.Blocking([&] { return ctx.platform->GetOperation(id); });
+    if (!op || Finished(*op) || MonotonicNanos() >= deadline) co_return op;
+    co_await w.Wait(deadline);
+  }
+}
+
 int64_t WaitMillis(const Ctx& ctx) {
   std::string w = ctx.Query("wait");
   if (w.empty()) return 0;
