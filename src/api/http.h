@@ -139,6 +139,10 @@ bool Finished(const store::OperationRecord& op);
 Awaitable<Result<store::OperationRecord>> AwaitOperation(Ctx& ctx, const std::string& id,
                                                          int64_t wait_ms);
 
+// With wait_ms > 0, waits for *op to finish (updating it); if it failed, replies with its
+// error and returns true: the caller is done.
+Awaitable<bool> AwaitOrFail(Ctx& ctx, store::OperationRecord* op, int64_t wait_ms);
+
 // Parses ?wait=30s (capped at 5 minutes); 0 if absent; -1 if malformed.
 int64_t WaitMillis(const Ctx& ctx);
 

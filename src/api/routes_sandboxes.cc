@@ -204,13 +204,8 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
         co_await ctx.ReplyError(op.error());
         co_return true;
       }
+      if (co_await AwaitOrFail(ctx, &*op, wait_ms)) co_return true;
       if (wait_ms > 0) {
-        auto done = co_await AwaitOperation(ctx, op->id, wait_ms);
-        if (done) *op = *done;
-        if (op->state == "failed") {
-          co_await ctx.ReplyError(Error{ErrcFromName(op->error_code), 0, op->error_message});
-          co_return true;
-        }
         if (op->state == "succeeded") {
           {
             Json reply_body = {{"operation", OperationJson(*op)}};
@@ -249,13 +244,8 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
       co_await ctx.ReplyError(op.error());
       co_return true;
     }
+    if (co_await AwaitOrFail(ctx, &*op, wait_ms)) co_return true;
     if (wait_ms > 0) {
-      auto done = co_await AwaitOperation(ctx, op->id, wait_ms);
-      if (done) *op = *done;
-      if (op->state == "failed") {
-        co_await ctx.ReplyError(Error{ErrcFromName(op->error_code), 0, op->error_message});
-        co_return true;
-      }
       if (op->state == "succeeded") {
         std::string sid = JsonStringOr(op->result, "snapshot_id", "");
         auto snap = co_await ctx.Blocking([&] { return p->GetSnapshot(sid); });
@@ -387,14 +377,7 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
       co_await ctx.ReplyError(op.error());
       co_return true;
     }
-    if (wait_ms > 0) {
-      auto done = co_await AwaitOperation(ctx, op->id, wait_ms);
-      if (done) *op = *done;
-      if (op->state == "failed") {
-        co_await ctx.ReplyError(Error{ErrcFromName(op->error_code), 0, op->error_message});
-        co_return true;
-      }
-    }
+    if (co_await AwaitOrFail(ctx, &*op, wait_ms)) co_return true;
     auto sb = co_await ctx.Blocking([&] { return p->GetSandbox(id); });
     Json body = {{"operation", OperationJson(*op)}};
     if (sb) body["sandbox"] = SandboxJson(*sb);

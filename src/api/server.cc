@@ -253,6 +253,16 @@ Awaitable<Result<store::OperationRecord>> AwaitOperation(Ctx& ctx, const std::st
   }
 }
 
+Awaitable<bool> AwaitOrFail(Ctx& ctx, store::OperationRecord* op, int64_t wait_ms) {
+  if (wait_ms <= 0) co_return false;
+  auto done = co_await AwaitOperation(ctx, op->id, wait_ms);
+  if (done) *op = *done;
+  if (op->state != "failed") co_return false;
+  Error e(ErrcFromName(op->error_code), 0, op->error_message);
+  co_await ctx.ReplyError(e);
+  co_return true;
+}
+
 int64_t WaitMillis(const Ctx& ctx) {
   std::string w = ctx.Query("wait");
   if (w.empty()) return 0;
