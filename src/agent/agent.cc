@@ -153,9 +153,10 @@ struct Agent::Output {
   int64_t linger_deadline_ns = 0;  // 0 = not lingering
   int64_t linger_limit_ns = 0;
   int64_t blocked_since_ns = 0;
-  // Coalescing: when unsent output is small and the pipe is still open, it is held for up
-  // to kCoalesceNs from when it was read, so a program writing in 4 KiB pieces is sent in
-  // large frames (fewer frames, ACKs and host wake-ups) at the cost of <= 2 ms latency.
+  // Coalescing (Nagle's rule): while output already sent is unacknowledged, small unsent
+  // output is held for up to kCoalesceNs from when it was read (or until the ACK), so a
+  // program writing in 4 KiB pieces is sent in large frames (fewer frames, ACKs and host
+  // wake-ups). Output after a quiet spell is sent at once.
   int64_t unsent_since_ns = 0;  // 0 = nothing unsent
   std::deque<Chunk> chunks;  // [chunks.front().offset <= acked, produced)
 };
@@ -333,7 +334,7 @@ int Agent::NextTimeoutMs() const {
         next = std::min(next, o.linger_deadline_ns);
       // Wake up when held output is due — only output held for coalescing; output that
       // waits for the socket (or the window) is woken by epoll, not by a timer.
-      if (conn_live_ && o.unsent_since_ns && o.sent < o.produced &&
+      if (conn_live_ && o.unsent_since_ns && o.sent < o.produced && o.sent > o.acked &&
           o.produced - o.sent < kCoalesceBytes && OutPending() < kOutHighWater)
         next = std::min(next, o.unsent_since_ns + kCoalesceNs);
     }
@@ -904,8 +905,12 @@ void Agent::Pump() {
     for (int i = 0; i < 2; ++i) {
       Output& o = c.out[i];
       FrameType type = i == 0 ? FrameType::kStdout : FrameType::kStderr;
-      if (o.sent < o.produced && !o.eof && o.pipe && o.produced - o.sent < kCoalesceBytes &&
-          o.produced - o.acked < opts_.window && MonotonicNanos() - o.unsent_since_ns < kCoalesceNs) {
+      // Nagle's rule: output goes out at once when nothing sent is still unacknowledged
+      // (an interactive command's first line is not delayed); while the host has not caught
+      // up, small output is held briefly so that it leaves in larger frames.
+      if (o.sent < o.produced && o.sent > o.acked && !o.eof && o.pipe &&
+          o.produced - o.sent < kCoalesceBytes && o.produced - o.acked < opts_.window &&
+          MonotonicNanos() - o.unsent_since_ns < kCoalesceNs) {
         continue;  // hold small output briefly: more is likely on its way
       }
       auto chunk = o.chunks.begin();

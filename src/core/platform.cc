@@ -517,7 +517,7 @@ Status Platform::Impl::ConnectAgent(const std::shared_ptr<Sandbox>& sb, int64_t 
       if (it == sb->by_stream.end()) return Fail(Errc::kNotFound, "unknown command stream");
       cmd = it->second;
     }
-    std::string key;
+    store::CommandRecord rec;
     {
       std::lock_guard l(cmd->mu);
       cmd->rec.state = "exited";
@@ -525,10 +525,14 @@ Status Platform::Impl::ConnectAgent(const std::shared_ptr<Sandbox>& sb, int64_t 
       if (auto s = JsonInt(exit, "signal")) cmd->rec.signal = static_cast<int>(*s);
       cmd->rec.timed_out = JsonBoolOr(exit, "timed_out", false);
       cmd->rec.ended_ms = NowUnixMillis();
-      (void)cmd->log->Sync();
-      SPACE_TRY(store->PutCommand(cmd->rec));
-      key = "cmd:" + sb->rec.id + ":" + cmd->rec.id;
+      rec = cmd->rec;
     }
+    // The syncs run without cmd->mu: readers (and the StartCommand that is about to
+    // answer) need not wait for two fdatasyncs. No output can follow an exit, and until the
+    // record is durable the agent keeps the exit unacknowledged, so a crash re-delivers it.
+    (void)cmd->log->Sync();
+    SPACE_TRY(store->PutCommand(rec));
+    const std::string key = "cmd:" + sb->rec.id + ":" + rec.id;
     {
       std::lock_guard l(sb->cmd_mu);
       sb->by_stream.erase(stream);
