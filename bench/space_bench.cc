@@ -86,6 +86,23 @@ Result<std::string> MakeBareBundle(const std::string& dir, const std::string& ro
   return dir;
 }
 
+// Starts `echo hi` in one request (POST ?stream=mux) and returns the time from t0 until
+// its first stdout byte arrived.
+Result<double> FirstOutputMs(client::Client& c, const std::string& id, Clock::time_point t0) {
+  client::MuxOffsets off;
+  std::string cid;
+  std::optional<double> first;
+  auto cmd = c.StartAndStream(id, Json{{"argv", {"echo", "hi"}}}, off,
+                              [&](client::MuxKind k, std::string_view) {
+                                if (k == client::MuxKind::kStdout && !first)
+                                  first = Ms(Clock::now() - t0);
+                                return !first;
+                              }, &cid);
+  if (!cmd) return tl::unexpected(cmd.error());
+  if (!first) return Fail(Errc::kInternal, "echo hi printed nothing");
+  return *first;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -112,18 +129,10 @@ int main(int argc, char** argv) {
     if (!sb) return tl::unexpected(sb.error());
     if (warm) *warm = JsonBoolOr((*sb)["operation"]["result"], "warm", false);
     std::string id = (*sb)["sandbox"]["id"];
-    auto cmd = c.StartCommand(id, {{"argv", {"echo", "hi"}}});
-    if (!cmd) return tl::unexpected(cmd.error());
-    client::MuxOffsets off;
-    bool got = false;
-    (void)c.StreamMux(id, (*cmd)["id"].get<std::string>(), off,
-                      [&](client::MuxKind k, std::string_view) {
-                        if (k == client::MuxKind::kStdout) got = true;
-                        return !got;
-                      });
-    double ms = Ms(Clock::now() - t0);
+    auto ms = FirstOutputMs(c, id, t0);
+    if (!ms) return tl::unexpected(ms.error());
     (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
-    return ms;
+    return *ms;
   };
   std::vector<double> warm_ms;
   int cold_fallbacks = 0;
@@ -150,17 +159,12 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::string id = (*sb)["sandbox"]["id"];
-    auto cmd = c.StartCommand(id, {{"argv", {"echo", "hi"}}});
-    if (!cmd) return 1;
-    client::MuxOffsets off;
-    bool got = false;
-    (void)c.StreamMux(id, (*cmd)["id"].get<std::string>(), off,
-                      [&](client::MuxKind k, std::string_view) {
-                        if (k == client::MuxKind::kStdout) got = true;
-                        return !got;
-                      });
-    auto t1 = Clock::now();
-    create_ms.push_back(Ms(t1 - t0));
+    auto ms = FirstOutputMs(c, id, t0);
+    if (!ms) {
+      std::fprintf(stderr, "cold create: %s\n", ms.error().message.c_str());
+      return 1;
+    }
+    create_ms.push_back(*ms);
     (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
   }
   // Baseline: bare crun on a rootfs taken from a sandbox of the same template.

@@ -157,6 +157,31 @@ Awaitable<void> StreamOutput(
   }
 }
 
+// The binary mux stream of a command's output from the given offsets, to its exit record
+// (the chunked response is already started); see docs/api.md.
+Awaitable<void> StreamMux(Ctx& ctx, std::string sb, std::string cid, uint64_t out_off,
+                          uint64_t err_off) {
+  auto emit = [&](OutputStream st, uint64_t, std::string_view data) -> Awaitable<void> {
+    std::string head(1, static_cast<char>(st));
+    PutU32(&head, static_cast<uint32_t>(data.size()));
+    co_await ctx.WriteChunk(head, data);
+  };
+  auto finish = [&](const core::CommandInfo& info) -> Awaitable<void> {
+    std::string j = CommandJson(info).dump();
+    std::string rec(1, '\3');
+    PutU32(&rec, static_cast<uint32_t>(j.size()));
+    rec += j;
+    co_await ctx.WriteChunk(rec);
+  };
+  auto keepalive = [&]() -> Awaitable<void> { co_return; };
+  // Named std::functions: no closure temporaries inside the co_await (g++ 12).
+  EmitFn emit_fn = emit;
+  FinishFn finish_fn = finish;
+  KeepaliveFn keepalive_fn = keepalive;
+  co_await StreamOutput(ctx, sb, cid, out_off, err_off, emit_fn, finish_fn, keepalive_fn);
+  co_await ctx.EndChunked();
+}
+
 }  // namespace
 
 Awaitable<bool> RouteCommands(Ctx& ctx) {
@@ -177,9 +202,22 @@ Awaitable<bool> RouteCommands(Ctx& ctx) {
         co_await ctx.ReplyError(req.error());
         co_return true;
       }
+      if (const std::string stream = ctx.Query("stream"); !stream.empty() && stream != "mux") {
+        co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "stream must be mux"});
+        co_return true;
+      }
       auto info = co_await ctx.Blocking([&] { return p->StartCommand(sb, *req); });
       if (!info) {
         co_await ctx.ReplyError(info.error());
+        co_return true;
+      }
+      if (ctx.Query("stream") == "mux") {
+        // Start and stream in one request: the response is the mux stream of the new
+        // command (its id in a header), saving a round trip for run-and-wait clients.
+        std::vector<std::pair<std::string, std::string>> headers = {
+            {"Space-Command-Id", info->record.id}};
+        co_await ctx.StartChunked(201, "application/vnd.space.mux", headers);
+        co_await StreamMux(ctx, sb, info->record.id, 0, 0);
         co_return true;
       }
       {
@@ -238,25 +276,7 @@ Awaitable<bool> RouteCommands(Ctx& ctx) {
       }
       if (format == "mux") {
         co_await ctx.StartChunked(200, "application/vnd.space.mux");
-        auto emit = [&](OutputStream st, uint64_t, std::string_view data) -> Awaitable<void> {
-          std::string head(1, static_cast<char>(st));
-          PutU32(&head, static_cast<uint32_t>(data.size()));
-          co_await ctx.WriteChunk(head, data);
-        };
-        auto finish = [&](const core::CommandInfo& info) -> Awaitable<void> {
-          std::string j = CommandJson(info).dump();
-          std::string rec(1, '\3');
-          PutU32(&rec, static_cast<uint32_t>(j.size()));
-          rec += j;
-          co_await ctx.WriteChunk(rec);
-        };
-        auto keepalive = [&]() -> Awaitable<void> { co_return; };
-        // Named std::functions: no closure temporaries inside the co_await (g++ 12).
-        EmitFn emit_fn = emit;
-        FinishFn finish_fn = finish;
-        KeepaliveFn keepalive_fn = keepalive;
-        co_await StreamOutput(ctx, sb, cid, *out_off, *err_off, emit_fn, finish_fn, keepalive_fn);
-        co_await ctx.EndChunked();
+        co_await StreamMux(ctx, sb, cid, *out_off, *err_off);
         co_return true;
       }
       co_await ctx.StartChunked(200, "text/event-stream");

@@ -730,6 +730,27 @@ Result<Json> Client::StreamMux(std::string_view id, std::string_view cid, MuxOff
   t.path = SandboxPath(id) + "/commands/" + PathEscape(cid) +
            "/output?format=mux&stdout_offset=" + std::to_string(offsets.stdout_offset) +
            "&stderr_offset=" + std::to_string(offsets.stderr_offset);
+  return PerformMux(t, cid, offsets, callback, nullptr);
+}
+
+Result<Json> Client::StartAndStream(std::string_view id, const Json& body, MuxOffsets& offsets,
+                                    const MuxCallback& callback, std::string* cid) {
+  std::string text = body.dump(-1, ' ', false, Json::error_handler_t::replace);
+  Transfer t;
+  t.method = "POST";
+  t.path = SandboxPath(id) + "/commands?stream=mux";
+  t.body = text;
+  t.send_body = true;
+  t.content_type = "application/json";
+  offsets = MuxOffsets{};
+  cid->clear();
+  auto r = PerformMux(t, "the new command", offsets, callback, cid);
+  if (r && cid->empty()) return Fail(Errc::kInternal, "spaced sent no Space-Command-Id");
+  return r;
+}
+
+Result<Json> Client::PerformMux(Transfer& t, std::string_view what, MuxOffsets& offsets,
+                                const MuxCallback& callback, std::string* command_id) {
   t.headers.push_back("Accept: application/vnd.space.mux");
   MuxParser parser;
   std::optional<Error> parse_error;
@@ -741,6 +762,10 @@ Result<Json> Client::StreamMux(std::string_view id, std::string_view cid, MuxOff
     return callback(kind, bytes);
   };
   t.sink = [&](std::string_view data) {
+    // Headers are complete once the body flows.
+    if (command_id && command_id->empty()) {
+      if (auto v = t.response.Header("Space-Command-Id")) *command_id = *v;
+    }
     auto r = parser.Feed(data, on_record);
     if (!r) {
       parse_error = r.error();
@@ -756,7 +781,7 @@ Result<Json> Client::StreamMux(std::string_view id, std::string_view cid, MuxOff
     auto command = ParseJson(*exit_payload);
     if (!command || !command->is_object()) {
       return Fail(Errc::kInternal,
-                  "output stream of " + std::string(cid) + ": exit record is not a JSON object");
+                  "output stream of " + std::string(what) + ": exit record is not a JSON object");
     }
     return *command;
   }
@@ -764,7 +789,7 @@ Result<Json> Client::StreamMux(std::string_view id, std::string_view cid, MuxOff
   if (!r->ok()) return tl::unexpected(ErrorFromResponse(*r));
   if (t.sink_stopped) return Json(nullptr);
   return Fail(Errc::kUnavailable,
-              "output stream of " + std::string(cid) + " ended before its exit record");
+              "output stream of " + std::string(what) + " ended before its exit record");
 }
 
 Result<Json> Client::FollowOutput(std::string_view id, std::string_view cid, MuxOffsets& offsets,
@@ -792,17 +817,18 @@ Result<Json> Client::FollowOutput(std::string_view id, std::string_view cid, Mux
 }
 
 Result<Client::RunOutput> Client::Run(std::string_view id, const Json& body) {
-  auto started = StartCommand(id, body);
-  if (!started) return tl::unexpected(started.error());
-  std::string cid = JsonStringOr(*started, "id", "");
-  if (cid.empty()) return Fail(Errc::kInternal, "start-command answer has no id");
   RunOutput out;
   MuxOffsets offsets;
-  auto command = FollowOutput(id, cid, offsets, [&](MuxKind kind, std::string_view bytes) {
+  auto collect = [&](MuxKind kind, std::string_view bytes) {
     if (kind == MuxKind::kStdout) out.out.append(bytes);
     if (kind == MuxKind::kStderr) out.err.append(bytes);
     return true;
-  });
+  };
+  std::string cid;
+  auto command = StartAndStream(id, body, offsets, collect, &cid);
+  // A stream that dropped after the command started resumes where it stopped.
+  if (!command && command.error().code == Errc::kUnavailable && !cid.empty())
+    command = FollowOutput(id, cid, offsets, collect);
   if (!command) return tl::unexpected(command.error());
   out.command = std::move(*command);
   out.exit_code = ExitCodeOf(out.command);

@@ -249,6 +249,12 @@ class Client {
   // exit record (resume with the same `offsets`).
   Result<Json> StreamMux(std::string_view id, std::string_view cid, MuxOffsets& offsets,
                          const MuxCallback& callback);
+  // POST .../commands?stream=mux: starts a command and streams its output in the same
+  // request (one round trip less than StartCommand + StreamMux). *cid gets the command's id
+  // as soon as the answer's headers arrive, so a dropped stream can be resumed with
+  // FollowOutput(id, *cid, offsets, ...).
+  Result<Json> StartAndStream(std::string_view id, const Json& body, MuxOffsets& offsets,
+                              const MuxCallback& callback, std::string* cid);
   // StreamMux, reconnecting from `offsets` after dropped connections until the exit record
   // arrives. Gives up when no progress was made for `give_up_after`.
   Result<Json> FollowOutput(std::string_view id, std::string_view cid, MuxOffsets& offsets,
@@ -314,6 +320,10 @@ class Client {
   struct Impl;
   struct Transfer;
   Result<HttpResponse> Perform(Transfer& t);
+  // Performs `t` as a mux stream (see StreamMux); `command_id`, if given, receives the
+  // Space-Command-Id header.
+  Result<Json> PerformMux(Transfer& t, std::string_view what, MuxOffsets& offsets,
+                          const MuxCallback& callback, std::string* command_id);
   // Sends `method path?wait=` (wait per `options`), then waits for the answer's "operation"
   // until it is finished, calling options.on_pending once if it was not. Returns {answer, OP};
   // the OP may be failed, and is null when the answer carries none.

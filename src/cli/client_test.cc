@@ -43,10 +43,10 @@ std::string RandomBytes(size_t n, uint32_t seed) {
 // Writes `body` as a chunked 200 answer, cut into pieces of random sizes (1..max_piece),
 // each its own chunk and its own send(), so the client sees arbitrary splits.
 void WriteChunked(FakeConn& conn, std::string_view body, uint32_t seed, size_t max_piece,
-                  bool terminate = true) {
-  conn.Write(
-      "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.space.mux\r\n"
-      "Transfer-Encoding: chunked\r\n\r\n");
+                  bool terminate = true, std::string_view head = "HTTP/1.1 200 OK\r\n") {
+  conn.Write(std::string(head) +
+             "Content-Type: application/vnd.space.mux\r\n"
+             "Transfer-Encoding: chunked\r\n\r\n");
   std::mt19937 rng(seed);
   size_t i = 0;
   int n = 0;
@@ -485,15 +485,12 @@ TEST(Client, StreamMuxStoppedByCallbackAndHttpErrors) {
 }
 
 TEST(Client, RunCollectsOutputAndExitCode) {
+  // One request: POST ?stream=mux answers with the command id and its output stream.
   FakeHttpServer server([&](const FakeRequest& req, FakeConn& conn) {
-    if (req.method == "POST") {
-      conn.Write(ResponseText(201, R"({"id":"cmd-9","command":{"id":"cmd-9","state":"running"}})"));
-      return;
-    }
     WriteChunked(conn,
                  MuxRecord(MuxKind::kStdout, "out") + MuxRecord(MuxKind::kStderr, "err") +
                      MuxRecord(MuxKind::kExit, R"({"state":"exited","exit_code":null,"signal":9})"),
-                 5, 2);
+                 5, 2, true, "HTTP/1.1 201 Created\r\nSpace-Command-Id: cmd-9\r\n");
   });
   Client c(server.url(), "k");
   auto r = c.Run("sb-1", std::vector<std::string>{"sleep", "100"});
@@ -502,9 +499,33 @@ TEST(Client, RunCollectsOutputAndExitCode) {
   EXPECT_EQ(r->err, "err");
   EXPECT_EQ(r->exit_code, 137);
   auto reqs = server.requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs.at(0).method, "POST");
+  EXPECT_EQ(reqs.at(0).target, "/v1/sandboxes/sb-1/commands?stream=mux");
   EXPECT_EQ(*ParseJson(reqs.at(0).body), (Json{{"argv", {"sleep", "100"}}}));
-  EXPECT_NE(reqs.at(1).target.find("/v1/sandboxes/sb-1/commands/cmd-9/output?format=mux"),
-            std::string::npos);
+}
+
+TEST(Client, RunResumesADroppedStreamByCommandId) {
+  FakeHttpServer server([&](const FakeRequest& req, FakeConn& conn) {
+    if (req.method == "POST") {
+      // The stream breaks after the first record (no terminating chunk, then hang-up).
+      WriteChunked(conn, MuxRecord(MuxKind::kStdout, "one"), 1, 3, false,
+                   "HTTP/1.1 201 Created\r\nSpace-Command-Id: cmd-7\r\n");
+      conn.Close();
+      return;
+    }
+    WriteChunked(conn, MuxRecord(MuxKind::kStdout, "two") +
+                           MuxRecord(MuxKind::kExit, R"({"state":"exited","exit_code":0})"), 2, 4);
+  });
+  Client c(server.url(), "k");
+  auto r = c.Run("sb-1", std::vector<std::string>{"x"});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->out, "onetwo");
+  EXPECT_EQ(r->exit_code, 0);
+  auto reqs = server.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_NE(reqs.at(1).target.find("/commands/cmd-7/output?format=mux&stdout_offset=3"),
+            std::string::npos) << reqs.at(1).target;
 }
 
 TEST(Client, ExitCodeOf) {

@@ -294,6 +294,8 @@ TEST_F(SandboxApiTest, BadRequestsGetClearErrors) {
   check("POST", sb + "/commands", R"({"argv":"ls"})", 400);
   check("POST", sb + "/commands", R"({"argv":["ls"],"cmd":"ls"})", 400);
   check("POST", sb + "/commands", R"({"cmd":"ls","timeout":-1})", 400);
+  check("POST", sb + "/commands?stream=sse", R"({"cmd":"ls"})", 400);
+  check("POST", sb + "/commands?stream=mux", R"({"argv":["/no/such/program"]})", 404);
   check("GET", sb + "/commands/cmd-nope", "", 404);
   check("GET", sb + "/commands/cmd-nope/output", "", 404);
   check("GET", sb + "/files?path=/nonexistent", "", 404);
@@ -317,6 +319,27 @@ TEST_F(SandboxApiTest, OversizedFileWriteIsRefused) {
   ASSERT_TRUE(c().WriteFile(sandbox_, "/tmp/ok", std::string(8 << 20, 'y')));
   EXPECT_EQ((*c().Stat(sandbox_, "/tmp/ok"))["size"], 8 << 20);
   (void)c().Remove(sandbox_, "/tmp/ok");
+}
+
+TEST_F(SandboxApiTest, StartAndStreamInOneRequest) {
+  client::MuxOffsets off;
+  std::string cid;
+  std::string out;
+  // Hang up after the first record; the command goes on, and its id is known.
+  (void)c().StartAndStream(sandbox_, {{"cmd", "echo first; sleep 0.2; echo second; exit 3"}}, off,
+                           [&](client::MuxKind k, std::string_view b) {
+                             if (k == client::MuxKind::kStdout) out.append(b);
+                             return out.empty();
+                           }, &cid);
+  EXPECT_EQ(out, "first\n");
+  ASSERT_TRUE(IsValidId(cid, "cmd")) << cid;
+  auto rest = c().FollowOutput(sandbox_, cid, off, [&](client::MuxKind k, std::string_view b) {
+    if (k == client::MuxKind::kStdout) out.append(b);
+    return true;
+  });
+  ASSERT_TRUE(rest) << rest.error().message;
+  EXPECT_EQ(out, "first\nsecond\n");
+  EXPECT_EQ((*rest)["exit_code"], 3);
 }
 
 TEST_F(SandboxApiTest, ClientDisconnectMidStreamLosesNothing) {
