@@ -22,6 +22,9 @@ struct ServerOptions {
   int io_threads = 2;
   int blocking_threads = 16;
   size_t max_json_body = 1 << 20;
+  // Requests served at once (streams and long polls included; /healthz not counted).
+  // Beyond it: 429 with Retry-After. 0 = no limit.
+  int max_inflight = 1024;
 };
 
 class Server {

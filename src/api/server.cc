@@ -1,6 +1,7 @@
 #include <sodium.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <thread>
 
@@ -174,7 +175,10 @@ Awaitable<void> Ctx::Reply(int status, const Json& body,
 }
 
 Awaitable<void> Ctx::ReplyError(const Error& e) {
-  co_await Reply(HttpStatusFor(e.code), ErrorBody(e));
+  std::vector<std::pair<std::string, std::string>> headers;
+  // Overload is temporary: say when to come back rather than let clients time out.
+  if (e.code == Errc::kResourceExhausted) headers.emplace_back("Retry-After", "1");
+  co_await Reply(HttpStatusFor(e.code), ErrorBody(e), headers);
 }
 
 Awaitable<void> Ctx::StartChunked(int status, const std::string& content_type,
@@ -283,6 +287,7 @@ struct Server::Impl {
   std::mutex mu;
   std::condition_variable cv;
   bool stopped = false;
+  std::atomic<int> inflight{0};  // requests being dispatched, /healthz aside
 
   Impl(core::Platform* p, ServerOptions o)
       : platform(p), opts(std::move(o)), pool(opts.blocking_threads), acceptor(ioc) {}
@@ -343,7 +348,26 @@ Awaitable<void> Server::Impl::Serve(tcp::socket socket) {
       auto target = parser.get().target();
       ParseTarget(std::string_view(target.data(), target.size()), ctx);
       stream.expires_after(std::chrono::minutes(10));
-      co_await Dispatch(ctx);
+      if (ctx.path != "/healthz" && opts.max_inflight > 0) {
+        // Over the limit a request is refused at once (429 + Retry-After) instead of
+        // queueing behind the others; /healthz is never refused, so it stays responsive.
+        if (inflight.fetch_add(1) >= opts.max_inflight) {
+          inflight.fetch_sub(1);
+          ctx.keep_alive = false;  // its body, if any, is not read
+          Error busy(Errc::kResourceExhausted, 0,
+                     "spaced is at its limit of " + std::to_string(opts.max_inflight) +
+                         " concurrent requests; retry later");
+          co_await ctx.ReplyError(busy);
+          break;
+        }
+        struct Release {
+          std::atomic<int>& n;
+          ~Release() { n.fetch_sub(1); }
+        } release{inflight};
+        co_await Dispatch(ctx);
+      } else {
+        co_await Dispatch(ctx);
+      }
       if (!ctx.keep_alive) break;
     }
   } catch (const std::exception& e) {

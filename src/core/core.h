@@ -45,6 +45,9 @@ struct Config {
   // Warm pools: template ref ("base:latest") -> number of started, idle sandboxes kept
   // ready. A create that asks for nothing a started instance cannot take on claims one.
   std::map<std::string, int> warm_pools;
+  // Creations in progress at once (warm claims aside); beyond it CreateSandbox fails with
+  // kResourceExhausted (HTTP 429) instead of queueing without bound. 0 = no limit.
+  int max_creating = 32;
   // Test hook: the daemon exits abruptly (like SIGKILL) when it reaches this named point
   // of an operation ("snapshot.frozen", "fork.parent_snapshot", "suspend.stopping", ...).
   std::string crash_point;

@@ -52,6 +52,7 @@ struct Platform::Impl {
   Config config;
   std::unique_ptr<store::Store> store;
   std::unique_ptr<storage::Driver> storage;
+  std::atomic<int> creating{0};  // cold creates accepted and not yet finished
   std::map<std::string, std::unique_ptr<runtime::Runtime>> runtimes;
 
   std::mutex mu;  // guards sandboxes

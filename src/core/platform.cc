@@ -404,6 +404,18 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
     return std::make_pair(op, member->rec);
   }
   auto sb = *made;
+  // Counted from here until RunCreate is done with it.
+  const int creating = impl_->creating.fetch_add(1);
+  if (impl_->config.max_creating > 0 && creating >= impl_->config.max_creating) {
+    impl_->creating.fetch_sub(1);
+    return Fail(Errc::kResourceExhausted,
+                std::to_string(creating) + " sandboxes are being created (the limit is " +
+                    std::to_string(impl_->config.max_creating) + "); retry later");
+  }
+  struct Uncount {
+    std::atomic<int>* n;
+    ~Uncount() { if (n) n->fetch_sub(1); }
+  } uncount{&impl_->creating};  // until the job is queued
   store::OperationRecord op;
   op.id = NewId("op");
   op.kind = "create";
@@ -417,8 +429,10 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
     impl_->sandboxes[sb->rec.id] = sb;
   }
   auto rec = sb->rec;
+  uncount.n = nullptr;  // RunCreate uncounts it
   impl_->Enqueue([impl = impl_.get(), sb, op, digest, snapshot] {
     impl->RunCreate(sb, op, digest, snapshot);
+    impl->creating.fetch_sub(1);
   });
   return std::make_pair(op, rec);
 }

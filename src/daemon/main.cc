@@ -56,6 +56,8 @@ int main(int argc, char** argv) {
   bool no_userns = false;
   std::vector<std::string> warm_pools;
   std::string crash_point;
+  int max_inflight = 1024;
+  int max_creating = 32;
   app.add_option("--listen", listen, "address:port to serve the API on")->capture_default_str();
   app.add_option("--data-dir", data_dir, "where state, templates and sandboxes live")
       ->capture_default_str();
@@ -68,6 +70,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-file-bytes", max_file_bytes, "largest file upload")->capture_default_str();
   app.add_flag("--no-userns", no_userns, "run sandboxes without a user namespace");
+  app.add_option("--max-inflight", max_inflight,
+                 "requests served at once; beyond it clients get 429 + Retry-After (0 = no limit)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--max-creating", max_creating,
+                 "sandbox creations in progress at once; beyond it 429 + Retry-After (0 = no limit)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   // Test-only: exit abruptly at a named point of an operation (crash-recovery tests).
   app.add_option("--crash-at", crash_point)->group("");
   app.add_option("--warm-pool", warm_pools,
@@ -141,6 +149,7 @@ int main(int argc, char** argv) {
   config.max_file_bytes = max_file_bytes;
   config.uid_shift = no_userns ? 0 : storage::kDefaultUidShift;
   config.crash_point = crash_point;
+  config.max_creating = max_creating;
   for (const auto& wp : warm_pools) {
     size_t eq = wp.rfind('=');
     int n = eq == std::string::npos ? -1 : std::atoi(wp.c_str() + eq + 1);
@@ -160,6 +169,7 @@ int main(int argc, char** argv) {
   sopts.address = address;
   sopts.port = static_cast<uint16_t>(port);
   sopts.api_key = *key;
+  sopts.max_inflight = max_inflight;
   auto server = api::Server::Start(platform->get(), sopts);
   if (!server) return Fatal("listen", server.error());
   std::string host = address.find(':') != std::string::npos ? "[" + address + "]" : address;
