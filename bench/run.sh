@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Starts a private spaced on a free port with a temporary data dir, runs space_bench
-# against it, and cleans up. Usage: bench/run.sh [space_bench args...]
+# Starts a private spaced on a free port with a temporary data dir, runs space_bench (or
+# PROG, e.g. PROG=space_load) against it, and cleans up. Usage: bench/run.sh [args...]
+# SPACED_ARGS adds flags to spaced.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/bin}
@@ -18,10 +19,13 @@ cleanup() {
   rm -rf "$DIR"
 }
 trap cleanup EXIT
-$BIN/spaced --listen 127.0.0.1:0 --data-dir "$DIR/data" --log-level warn --warm-pool base=2 >"$DIR/spaced.log" 2>&1 &
+# shellcheck disable=SC2086
+$BIN/spaced --listen 127.0.0.1:0 --data-dir "$DIR/data" --log-level warn --warm-pool base=2 ${SPACED_ARGS:-} >"$DIR/spaced.log" 2>&1 &
 PID=$!
+export SPACED_PID=$PID
 for _ in $(seq 1 300); do [ -s "$DIR/data/url" ] && break; sleep 0.1; done
 URL=$(cat "$DIR/data/url")
 KEY=$(cat "$DIR/data/api-key")
-echo "# space_bench $(date -u +%FT%TZ) on $(nproc) cores; spaced at $URL"
-$BIN/space_bench --url "$URL" --key "$KEY" --data-dir "$DIR/data" "$@"
+PROG=${PROG:-space_bench}
+echo "# $PROG $(date -u +%FT%TZ) on $(nproc) cores; spaced at $URL"
+$BIN/$PROG --url "$URL" --key "$KEY" --data-dir "$DIR/data" "$@"

@@ -18,34 +18,14 @@
 #include <fstream>
 #include <thread>
 
+#include "bench/stats.h"
 #include "cli/client.h"
 #include "sys/sys.h"
 
 using namespace space;
-using Clock = std::chrono::steady_clock;
+using namespace space::bench;
 
 namespace {
-
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-struct Stats {
-  double p50 = 0, p99 = 0, mean = 0;
-};
-Stats Summarize(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  s.p50 = v[v.size() / 2];
-  s.p99 = v[std::min(v.size() - 1, static_cast<size_t>(v.size() * 0.99))];
-  for (double x : v) s.mean += x;
-  s.mean /= v.size();
-  return s;
-}
-
-void Print(const char* what, const Stats& s, const Stats& base) {
-  std::printf("%-34s p50 %8.2f ms  p99 %8.2f ms   | baseline p50 %8.2f ms  p99 %8.2f ms | ratio p50 %.2fx\n",
-              what, s.p50, s.p99, base.p50, base.p99, base.p50 > 0 ? s.p50 / base.p50 : 0);
-}
 
 // Bare crun: a bundle whose process is `echo hi` on the same busybox rootfs, run detached
 // in spaced's own runtime mount namespace; time until the first byte arrives on a pipe.
