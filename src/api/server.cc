@@ -352,6 +352,15 @@ Awaitable<void> Server::Impl::Serve(tcp::socket socket) {
   }
   beast::error_code ec;
   stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  // Lingering close: closing with unread bytes (the rest of a body refused with 413)
+  // makes the kernel send a reset, and a client still sending then loses our answer.
+  // Read and drop what is still coming, for a moment and a bounded amount.
+  stream.expires_after(std::chrono::seconds(2));
+  std::vector<char> drop(64 << 10);
+  for (size_t drained = 0; !ec && drained < (64u << 20);) {
+    drained += co_await stream.async_read_some(asio::buffer(drop),
+                                               asio::redirect_error(asio::use_awaitable, ec));
+  }
 }
 
 Awaitable<void> Server::Impl::Dispatch(Ctx& ctx) {
