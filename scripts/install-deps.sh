@@ -9,7 +9,11 @@ PKGS=(
   libsodium-dev libexpected-dev libarchive-dev libzstd-dev libsqlite3-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   crun runc btrfs-progs busybox-static util-linux iproute2 procps curl python3
+  nodejs
 )
+# npm (the E2B SDK compatibility tests install the pinned SDK with `npm ci`): Debian's
+# package, unless the installed nodejs already brings its own npm.
+if ! command -v npm >/dev/null 2>&1; then PKGS+=(npm); fi
 
 missing=()
 for p in "${PKGS[@]}"; do

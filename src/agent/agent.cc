@@ -185,6 +185,7 @@ struct Agent::Command {
   std::string stdin_buf;
   size_t stdin_pos = 0;
   bool stdin_eof = false;
+  sys::UniqueFd pty_master;  // a pty command's terminal (for resizes); else invalid
 };
 
 Agent::Agent(const AgentOptions& opts, FileService files) : opts_(opts), files_(std::move(files)) {}
@@ -530,6 +531,7 @@ Json Agent::Hello() const {
   return {{"version", kProtocolVersion},
           {"pid", static_cast<int>(::getpid())},
           {"agent", kAgentVersion},
+          {"features", Json::array({"pty"})},
           {"commands", std::move(cmds)}};
 }
 
@@ -548,6 +550,8 @@ void Agent::HandleRequest(uint32_t request, std::string_view payload) {
       StartExec(request, m->json);
     } else if (*op == "signal") {
       SignalOp(request, m->json);
+    } else if (*op == "resize") {
+      ResizeOp(request, m->json);
     } else if (FileService::IsFileOp(*op)) {
       auto r = files_.Handle(*op, m->json, m->body);
       if (!r) return RespondError(request, r.error());
@@ -582,6 +586,9 @@ void Agent::StartExec(uint32_t request, const Json& j) {
   c->out[0].pipe = std::move(started->stdout_pipe);
   c->out[1].pipe = std::move(started->stderr_pipe);
   c->stdin_pipe = std::move(started->stdin_pipe);
+  c->pty_master = std::move(started->pty_master);
+  // A pty merges stderr into its one output stream: there is nothing to read there.
+  if (!c->out[1].pipe) c->out[1].eof = true;
   if (req->timeout_ms > 0) c->deadline_ns = MonotonicNanos() + req->timeout_ms * 1'000'000;
   c->req = std::move(*req);
   SetInterest(c->exec_status.get(), Tag(kExecStatusTag, c->stream), EPOLLIN,
@@ -609,7 +616,11 @@ void Agent::OnExecStatus(Command& c) {
   if (c.exited) StartLinger(c);  // reaped before its exec status was read
   // Request ids are per connection: a new host may already use this one for something
   // else. It learns about the command from HELLO instead.
-  if (c.exec_conn == conn_gen_) Respond(c.exec_request, {{"ok", true}, {"pid", c.pid}});
+  if (c.exec_conn == conn_gen_) {
+    Json ok = {{"ok", true}, {"pid", c.pid}};
+    if (c.pty_master) ok["pty"] = true;
+    Respond(c.exec_request, ok);
+  }
 }
 
 void Agent::SignalOp(uint32_t request, const Json& j) {
@@ -631,6 +642,25 @@ void Agent::SignalOp(uint32_t request, const Json& j) {
       return RespondError(request, Error{Errc::kConflict, err, "command's processes are gone"});
     return RespondError(request, ErrnoFail("kill", err).value());
   }
+  Respond(request, {{"ok", true}});
+}
+
+void Agent::ResizeOp(uint32_t request, const Json& j) {
+  auto stream = JsonInt(j, "stream");
+  if (!stream || *stream <= 0 || *stream > 0xffffffffll)
+    return RespondError(request, Error{Errc::kInvalidArgument, 0, "resize: bad stream"});
+  auto size = ParsePtySize(j);
+  if (!size) return RespondError(request, size.error());
+  auto it = commands_.find(static_cast<uint32_t>(*stream));
+  if (it == commands_.end())
+    return RespondError(
+        request, Error{Errc::kNotFound, 0, "no command on stream " + std::to_string(*stream)});
+  Command& c = *it->second;
+  if (!c.pty_master)
+    return RespondError(request, Error{Errc::kInvalidArgument, 0, "command has no pty"});
+  if (Finished(c)) return RespondError(request, Error{Errc::kConflict, 0, "command has finished"});
+  auto st = ResizePty(c.pty_master.get(), *size);
+  if (!st) return RespondError(request, st.error());
   Respond(request, {{"ok", true}});
 }
 
@@ -674,7 +704,9 @@ void Agent::ReadOutput(Command& c, int index) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) break;
-    if (n < 0) AGENT_LOG_WARN("stream %u: read: %s", c.stream, strerror(errno));
+    // A pty master reads EIO, not 0, once every slave descriptor is closed: its EOF.
+    if (n < 0 && !(errno == EIO && c.pty_master))
+      AGENT_LOG_WARN("stream %u: read: %s", c.stream, strerror(errno));
     o.eof = true;
     SetInterest(o.pipe.get(), 0, 0, &o.events);
     o.pipe.Reset();
@@ -772,7 +804,11 @@ void Agent::OnStdin(uint32_t stream, std::string_view payload) {
     return;
   }
   Command& c = *it->second;
-  if (payload.empty()) {
+  if (payload.empty() && c.pty_master) {
+    // Closing our side of a terminal tells the program nothing; end-of-file on a terminal
+    // is the VEOF character (^D), which the line discipline turns into a zero-byte read.
+    payload = "\x04";
+  } else if (payload.empty()) {
     c.stdin_eof = true;
     FlushStdin(c);
     return;

@@ -77,6 +77,7 @@ class Agent {
   void HandleRequest(uint32_t request, std::string_view payload);
   void StartExec(uint32_t request, const Json& req);
   void SignalOp(uint32_t request, const Json& req);
+  void ResizeOp(uint32_t request, const Json& req);
 
   // Commands.
   void OnExecStatus(Command& c);

@@ -491,6 +491,95 @@ TEST_F(AgentTest, SignalOp) {
             "not_found");
 }
 
+// Reads a command's stdout (acknowledging it) until it contains `want`; returns all read.
+std::string ReadUntil(Client& c, uint32_t stream, std::string* seen, const std::string& want) {
+  int64_t deadline = NowMs() + 10000;
+  while (seen->find(want) == std::string::npos) {
+    int64_t left = deadline - NowMs();
+    auto f = c.Next(
+        [stream](const Frame& f) { return f.type == FrameType::kStdout && f.stream == stream; },
+        static_cast<int>(std::max<int64_t>(left, 0)));
+    if (!f) {
+      ADD_FAILURE() << "no \"" << want << "\" in output; got: " << *seen;
+      break;
+    }
+    auto d = DecodeData(f->payload);
+    EXPECT_TRUE(d);
+    if (!d) break;
+    EXPECT_EQ(d->offset, seen->size());
+    seen->append(d->bytes);
+    c.Ack(stream, 1, seen->size());
+  }
+  return *seen;
+}
+
+TEST_F(AgentTest, PtyIsTheControllingTerminalWithItsSize) {
+  StartAgent();
+  Json hello;
+  auto c = Connect(&hello);
+  ASSERT_TRUE(c);
+  EXPECT_NE(hello["features"].dump().find("pty"), std::string::npos) << hello.dump();
+  auto o = Run(*c, 1,
+               {{"shell", "tty; stty size; echo \"term=$TERM\"; [ -t 0 ] && [ -t 2 ] && echo err>&2"},
+                {"pty", {{"cols", 100}, {"rows", 30}}}});
+  EXPECT_NE(o.out.find("/dev/pts/"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("30 100\r\n"), std::string::npos) << o.out;  // the tty adds \r
+  EXPECT_NE(o.out.find("term=xterm\r\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("err\r\n"), std::string::npos) << "stderr goes to the terminal: " << o.out;
+  EXPECT_EQ(o.err, "");
+  EXPECT_EQ(o.exit["exit_code"], 0) << o.exit.dump();
+
+  // The request's TERM wins.
+  o = Run(*c, 2, {{"shell", "echo \"term=$TERM\""}, {"env", {{"TERM", "dumb"}}},
+                  {"pty", {{"cols", 80}, {"rows", 24}}}});
+  EXPECT_NE(o.out.find("term=dumb"), std::string::npos) << o.out;
+
+  for (Json bad : {Json{{"cols", 0}, {"rows", 24}}, Json{{"cols", 80}}, Json("x"),
+                   Json{{"cols", 80}, {"rows", 5000}}}) {
+    Json r = Exec(*c, 3, {{"shell", "true"}, {"pty", bad}});
+    EXPECT_EQ(ErrorCode(r), "invalid_argument") << bad.dump();
+  }
+}
+
+TEST_F(AgentTest, PtyInputResizeAndEndOfFile) {
+  StartAgent();
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  Json r = Exec(*c, 1, {{"argv", {"/bin/sh"}}, {"pty", {{"cols", 90}, {"rows", 20}}}});
+  ASSERT_EQ(r["ok"], true) << r.dump();
+  std::string seen;
+  c->Send(FrameType::kStdin, 1, "stty size\n");
+  ReadUntil(*c, 1, &seen, "20 90");
+  EXPECT_EQ(Call(*c, {{"op", "resize"}, {"stream", 1}, {"cols", 132}, {"rows", 43}}).json["ok"],
+            true);
+  c->Send(FrameType::kStdin, 1, "stty size\n");
+  ReadUntil(*c, 1, &seen, "43 132");
+  EXPECT_EQ(ErrorCode(Call(*c, {{"op", "resize"}, {"stream", 1}, {"cols", 0}, {"rows", 43}}).json),
+            "invalid_argument");
+  EXPECT_EQ(ErrorCode(Call(*c, {{"op", "resize"}, {"stream", 9}, {"cols", 80}, {"rows", 24}}).json),
+            "not_found");
+  c->Send(FrameType::kStdin, 1, "exit 5\n");
+  auto o = Collect(*c, 1, true, 10000, Output{seen});
+  EXPECT_EQ(o.exit["exit_code"], 5) << o.exit.dump();
+
+  // An empty STDIN frame is end-of-file (^D) on a terminal.
+  r = Exec(*c, 2, {{"argv", {"cat"}}, {"pty", {{"cols", 80}, {"rows", 24}}}});
+  ASSERT_EQ(r["ok"], true) << r.dump();
+  c->Send(FrameType::kStdin, 2, "abc\n");
+  c->Send(FrameType::kStdin, 2, "");
+  o = Collect(*c, 2);
+  EXPECT_NE(o.out.find("abc\r\n"), std::string::npos) << o.out;
+  EXPECT_EQ(o.exit["exit_code"], 0) << o.exit.dump();
+
+  // Commands without a pty cannot be resized.
+  r = Exec(*c, 3, {{"argv", {"sleep", "5"}}});
+  ASSERT_EQ(r["ok"], true);
+  EXPECT_EQ(ErrorCode(Call(*c, {{"op", "resize"}, {"stream", 3}, {"cols", 80}, {"rows", 24}}).json),
+            "invalid_argument");
+  EXPECT_EQ(Call(*c, {{"op", "signal"}, {"stream", 3}, {"signal", 9}}).json["ok"], true);
+  Collect(*c, 3);
+}
+
 TEST_F(AgentTest, TimeoutKillsTheProcessGroup) {
   StartAgent();
   auto c = Connect();

@@ -4,7 +4,9 @@
 #include <grp.h>
 #include <linux/close_range.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -99,7 +101,52 @@ Result<std::pair<sys::UniqueFd, sys::UniqueFd>> Pipe() {
   return std::make_pair(sys::UniqueFd(p[0]), sys::UniqueFd(p[1]));
 }
 
+// Opens a new pseudo-terminal: the master (close-on-exec, non-blocking) and its slave
+// (close-on-exec; dup2 in the child clears that for fds 0-2). TIOCGPTPEER (Linux 4.13)
+// opens the slave without a path lookup, so a sandbox cannot swap /dev/pts/N under us.
+Result<std::pair<sys::UniqueFd, sys::UniqueFd>> OpenPty(ExecRequest::PtySize size) {
+  sys::UniqueFd master(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC | O_NONBLOCK));
+  if (!master) return ErrnoFail("open /dev/ptmx");
+  int unlock = 0;
+  if (::ioctl(master.get(), TIOCSPTLCK, &unlock) < 0) return ErrnoFail("unlock pty");
+  sys::UniqueFd slave(::ioctl(master.get(), TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!slave) {
+    char name[64];
+    if (::ptsname_r(master.get(), name, sizeof name) != 0) return ErrnoFail("ptsname");
+    slave.Reset(::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC));
+    if (!slave) return ErrnoFail(std::string("open ") + name);
+  }
+  SPACE_TRY(ResizePty(master.get(), size));
+  return std::make_pair(std::move(master), std::move(slave));
+}
+
+Result<sys::UniqueFd> Dup(int fd) {
+  sys::UniqueFd d(::fcntl(fd, F_DUPFD_CLOEXEC, 3));
+  if (!d) return ErrnoFail("dup");
+  return d;
+}
+
 }  // namespace
+
+Result<ExecRequest::PtySize> ParsePtySize(const Json& j) {
+  if (!j.is_object()) return Fail(Errc::kInvalidArgument, "pty must be an object {cols, rows}");
+  ExecRequest::PtySize size;
+  for (auto [key, field] : {std::pair{"cols", &size.cols}, std::pair{"rows", &size.rows}}) {
+    auto v = JsonInt(j, key);
+    if (!v || *v < 1 || *v > 4096)
+      return Fail(Errc::kInvalidArgument, std::string("pty ") + key + " must be 1..4096");
+    *field = static_cast<uint16_t>(*v);
+  }
+  return size;
+}
+
+Status ResizePty(int master, ExecRequest::PtySize size) {
+  struct winsize ws = {};
+  ws.ws_col = size.cols;
+  ws.ws_row = size.rows;
+  if (::ioctl(master, TIOCSWINSZ, &ws) < 0) return ErrnoFail("resize pty");
+  return Ok();
+}
 
 Result<ExecRequest> ParseExecRequest(const Json& j) {
   ExecRequest r;
@@ -163,6 +210,11 @@ Result<ExecRequest> ParseExecRequest(const Json& j) {
     auto t = JsonInt(j, "timeout_ms");
     if (!t || *t < 0) return bad("timeout_ms must be a non-negative integer");
     r.timeout_ms = *t;
+  }
+  if (const Json* pty = JsonField(j, "pty"); pty && !pty->is_null()) {
+    auto size = ParsePtySize(*pty);
+    if (!size) return bad(size.error().message);
+    r.pty = *size;
   }
   return r;
 }
@@ -243,6 +295,8 @@ Result<StartedCommand> StartCommand(const ExecRequest& req) {
     SetEnv(&env, "USER", user.name, switch_user);
     SetEnv(&env, "LOGNAME", user.name, switch_user);
   }
+  // Full-screen programs need to know what the terminal is; the request may say otherwise.
+  if (req.pty) SetEnv(&env, "TERM", "xterm", false);
   for (const auto& [k, v] : req.env) SetEnv(&env, k, v, true);
 
   std::vector<char*> argv_c, env_c;
@@ -253,14 +307,37 @@ Result<StartedCommand> StartCommand(const ExecRequest& req) {
   const std::string cwd = req.cwd.value_or(user.home);
   const bool cwd_explicit = req.cwd.has_value();
 
-  auto out = Pipe();
-  if (!out) return tl::unexpected(out.error());
-  auto err = Pipe();
-  if (!err) return tl::unexpected(err.error());
   auto status = Pipe();
   if (!status) return tl::unexpected(status.error());
-  sys::UniqueFd in_child, in_parent;
-  if (req.stdin_pipe) {
+  // The child's stdin, stdout, stderr and the parent's ends of them.
+  sys::UniqueFd in_child, in_parent, out_child, out_parent, err_child, err_parent, master;
+  if (req.pty) {
+    auto pty = OpenPty(*req.pty);
+    if (!pty) return tl::unexpected(pty.error());
+    master = std::move(pty->first);
+    auto r = Dup(master.get());
+    auto w = Dup(master.get());
+    if (!r || !w) return tl::unexpected(!r ? r.error() : w.error());
+    out_parent = std::move(*r);
+    in_parent = std::move(*w);
+    in_child = std::move(pty->second);
+  } else {
+    auto out = Pipe();
+    if (!out) return tl::unexpected(out.error());
+    auto err = Pipe();
+    if (!err) return tl::unexpected(err.error());
+    out_parent = std::move(out->first);
+    out_child = std::move(out->second);
+    err_parent = std::move(err->first);
+    err_child = std::move(err->second);
+    // Bigger pipes mean fewer wake-ups for chatty commands; the window, not the pipe,
+    // bounds what the agent holds. Failure (a lowered pipe-max-size) is harmless.
+    ::fcntl(out_child.get(), F_SETPIPE_SZ, 1 << 20);
+    ::fcntl(err_child.get(), F_SETPIPE_SZ, 1 << 20);
+  }
+  if (req.pty) {
+    // stdin, stdout and stderr are all the pty's slave side.
+  } else if (req.stdin_pipe) {
     auto in = Pipe();
     if (!in) return tl::unexpected(in.error());
     in_child = std::move(in->first);
@@ -270,10 +347,10 @@ Result<StartedCommand> StartCommand(const ExecRequest& req) {
     if (!devnull) return tl::unexpected(devnull.error());
     in_child = std::move(*devnull);
   }
-  // Bigger pipes mean fewer wake-ups for chatty commands; the window, not the pipe,
-  // bounds what the agent holds. Failure (a lowered pipe-max-size) is harmless.
-  ::fcntl(out->second.get(), F_SETPIPE_SZ, 1 << 20);
-  ::fcntl(err->second.get(), F_SETPIPE_SZ, 1 << 20);
+  const int child_in = in_child.get();
+  const int child_out = req.pty ? child_in : out_child.get();
+  const int child_err = req.pty ? child_in : err_child.get();
+  const bool pty = req.pty.has_value();
 
   pid_t pid = ::fork();
   if (pid < 0) return ErrnoFail("fork");
@@ -282,14 +359,15 @@ Result<StartedCommand> StartCommand(const ExecRequest& req) {
     // but everything needed was prepared above anyway.
     const int status_fd = status->second.get();
     if (::setsid() < 0) ChildFail(status_fd, kStageSetup, errno);
+    // A session leader without a terminal takes the pty as its controlling terminal.
+    if (pty && ::ioctl(child_in, TIOCSCTTY, 0) < 0) ChildFail(status_fd, kStageSetup, errno);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);  // SIGKILL/SIGSTOP fail: fine
     // fds 0-2 of the agent are always open (main makes sure), so none of these pipes
     // is 0, 1 or 2 and dup2 never clobbers a source.
-    if (::dup2(in_child.get(), 0) < 0 || ::dup2(out->second.get(), 1) < 0 ||
-        ::dup2(err->second.get(), 2) < 0)
+    if (::dup2(child_in, 0) < 0 || ::dup2(child_out, 1) < 0 || ::dup2(child_err, 2) < 0)
       ChildFail(status_fd, kStageSetup, errno);
     // Everything else closes at exec; the status pipe stays usable until then.
     if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
@@ -315,9 +393,10 @@ Result<StartedCommand> StartCommand(const ExecRequest& req) {
   StartedCommand c;
   c.pid = pid;
   c.stdin_pipe = std::move(in_parent);
-  c.stdout_pipe = std::move(out->first);
-  c.stderr_pipe = std::move(err->first);
+  c.stdout_pipe = std::move(out_parent);
+  c.stderr_pipe = std::move(err_parent);
   c.error_pipe = std::move(status->first);
+  c.pty_master = std::move(master);
   // The child's ends close here (their destructors), so EOF on our ends means exit.
   for (int fd :
        {c.stdout_pipe.get(), c.stderr_pipe.get(), c.error_pipe.get(), c.stdin_pipe.get()}) {

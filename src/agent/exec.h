@@ -30,7 +30,17 @@ struct ExecRequest {
   std::optional<std::string> user;  // name or decimal uid
   bool stdin_pipe = false;
   int64_t timeout_ms = 0;  // 0 = none
+  // A pseudo-terminal instead of pipes: stdin, stdout and stderr are its slave side (the
+  // command's controlling terminal); its output arrives on stdout, stderr stays empty.
+  struct PtySize {
+    uint16_t cols = 80;
+    uint16_t rows = 24;
+  };
+  std::optional<PtySize> pty;
 };
+
+// Validates {"cols","rows"} (each 1..4096) of a pty request or a resize.
+[[nodiscard]] Result<ExecRequest::PtySize> ParsePtySize(const Json& j);
 
 // Validates the JSON of an exec request. Errors are invalid_argument.
 [[nodiscard]] Result<ExecRequest> ParseExecRequest(const Json& j);
@@ -52,16 +62,25 @@ struct UserInfo {
 
 // A started child. The exec outcome is reported on `error_pipe`: EOF means the program
 // was exec'd; kExecFailureSize bytes describe the failure (decode with ExecFailure).
+// With a pty, stdin_pipe and stdout_pipe are two descriptors of its master side (write
+// and read), stderr_pipe is invalid and pty_master is a third one, for resizes.
 struct StartedCommand {
   pid_t pid = -1;
-  sys::UniqueFd stdin_pipe;   // write end; invalid unless stdin_pipe was requested
+  sys::UniqueFd stdin_pipe;   // write end; invalid unless stdin_pipe (or pty) was requested
   sys::UniqueFd stdout_pipe;  // read end, non-blocking
-  sys::UniqueFd stderr_pipe;  // read end, non-blocking
+  sys::UniqueFd stderr_pipe;  // read end, non-blocking; invalid with a pty
   sys::UniqueFd error_pipe;   // read end, non-blocking
+  sys::UniqueFd pty_master;   // invalid without a pty
 };
+
+// Sets a pty's window size (TIOCSWINSZ); the kernel sends SIGWINCH to its foreground
+// process group.
+[[nodiscard]] Status ResizePty(int master, ExecRequest::PtySize size);
 inline constexpr size_t kExecFailureSize = 8;
 
-// Forks the command: new session (its pid is its process group id), stdio as above,
+// Forks the command: new session (its pid is its process group id), stdio as above (with
+// req.pty: a new pseudo-terminal of that size as controlling terminal, TERM=xterm unless
+// the environment names one),
 // environment = the agent's environ + HOME/USER/LOGNAME of the user + req.env, the user's
 // groups/gid/uid when req.user is set, cwd (default: the user's home if it exists, else
 // "/"), default signal dispositions and mask, umask 022, no other fds. Does not block

@@ -143,6 +143,22 @@ Awaitable<Result<store::OperationRecord>> AwaitOperation(Ctx& ctx, const std::st
 // error and returns true: the caller is done.
 Awaitable<bool> AwaitOrFail(Ctx& ctx, store::OperationRecord* op, int64_t wait_ms);
 
+// Streams both outputs of a command from the given offsets until it ends: `emit(stream,
+// offset, bytes)` for data, then `finish(info)`; `keepalive()` after 15 s without output.
+// Returns early (without finish) if the command cannot be read.
+using OutputEmitFn = std::function<Awaitable<void>(store::OutputStream, uint64_t, std::string_view)>;
+using OutputFinishFn = std::function<Awaitable<void>(const core::CommandInfo&)>;
+using OutputKeepaliveFn = std::function<Awaitable<void>()>;
+Awaitable<void> StreamOutput(Ctx& ctx, std::string sb, std::string cid, uint64_t out_off,
+                             uint64_t err_off, const OutputEmitFn& emit,
+                             const OutputFinishFn& finish, const OutputKeepaliveFn& keepalive);
+
+// Decodes %XX escapes and '+' (as a space) of a URL component.
+std::string PercentDecode(std::string_view s);
+
+// Parses a terminal size {"cols":N,"rows":N} (each 1..4096).
+[[nodiscard]] Result<core::CommandRequest::PtySize> ParsePtySize(const Json& j);
+
 // Parses ?wait=30s (capped at 5 minutes); 0 if absent; -1 if malformed.
 int64_t WaitMillis(const Ctx& ctx);
 

@@ -15,7 +15,8 @@ using store::OutputStream;
 Result<core::CommandRequest> ParseCommand(const Json& body) {
   core::CommandRequest req;
   for (const auto& [k, v] : body.items()) {
-    static const std::set<std::string> kKnown = {"argv", "cmd", "env", "cwd", "user", "stdin", "timeout"};
+    static const std::set<std::string> kKnown = {"argv", "cmd", "env", "cwd", "user", "stdin", "timeout",
+                                                 "pty"};
     if (!kKnown.count(k)) return Fail(Errc::kInvalidArgument, "unknown field \"" + k + "\"");
   }
   if (const Json* a = JsonField(body, "argv")) {
@@ -60,10 +61,31 @@ Result<core::CommandRequest> ParseCommand(const Json& body) {
       return Fail(Errc::kInvalidArgument, "timeout must be a number of seconds (0 = none)");
     req.timeout_ms = static_cast<int64_t>(t->get<double>() * 1000);
   }
+  if (const Json* t = JsonField(body, "pty"); t && !t->is_null()) {
+    auto size = ParsePtySize(*t);
+    if (!size) return tl::unexpected(size.error());
+    req.pty = *size;
+  }
   if (req.argv.empty() == req.shell.empty())
     return Fail(Errc::kInvalidArgument, "give exactly one of argv or cmd");
   return req;
 }
+
+}  // namespace
+
+Result<core::CommandRequest::PtySize> ParsePtySize(const Json& j) {
+  if (!j.is_object()) return Fail(Errc::kInvalidArgument, "pty must be an object {cols, rows}");
+  core::CommandRequest::PtySize size;
+  for (auto [key, field] : {std::pair{"cols", &size.cols}, std::pair{"rows", &size.rows}}) {
+    const Json* v = JsonField(j, key);
+    if (!v || !v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > 4096)
+      return Fail(Errc::kInvalidArgument, std::string("pty.") + key + " must be 1..4096");
+    *field = static_cast<int>(v->get<int64_t>());
+  }
+  return size;
+}
+
+namespace {
 
 Result<int> ParseSignal(const Json& body) {
   const Json* s = JsonField(body, "signal");
@@ -108,12 +130,12 @@ void PutU32(std::string* out, uint32_t v) {
 
 constexpr size_t kReadChunk = 4 << 20;
 
-using EmitFn = std::function<Awaitable<void>(OutputStream, uint64_t, std::string_view)>;
-using FinishFn = std::function<Awaitable<void>(const core::CommandInfo&)>;
-using KeepaliveFn = std::function<Awaitable<void>()>;
+using EmitFn = OutputEmitFn;
+using FinishFn = OutputFinishFn;
+using KeepaliveFn = OutputKeepaliveFn;
 
-// Streams both outputs of a command until it ends: `emit(stream, offset, bytes)` for data,
-// then `finish(info)`. Shared by the SSE and mux formats.
+}  // namespace
+
 Awaitable<void> StreamOutput(
     Ctx& ctx, std::string sb, std::string cid, uint64_t out_off, uint64_t err_off,
     const EmitFn& emit, const FinishFn& finish, const KeepaliveFn& keepalive) {
@@ -156,6 +178,8 @@ Awaitable<void> StreamOutput(
     if (!co_await w.Wait(MonotonicNanos() + 15'000'000'000ll)) co_await keepalive();
   }
 }
+
+namespace {
 
 // The binary mux stream of a command's output from the given offsets, to its exit record
 // (the chunked response is already started); see docs/api.md.
@@ -362,6 +386,26 @@ Awaitable<bool> RouteCommands(Ctx& ctx) {
       co_return true;
     }
     auto st = co_await ctx.Blocking([&] { return p->WriteStdin(sb, cid, *body, eof); });
+    if (!st) {
+      co_await ctx.ReplyError(st.error());
+    } else {
+      co_await ctx.Reply(200, Json::object());
+    }
+    co_return true;
+  }
+
+  if (s.size() == 6 && s[5] == "resize" && ctx.method == "POST") {
+    auto body = co_await ctx.ReadJson();
+    if (!body) {
+      co_await ctx.ReplyError(body.error());
+      co_return true;
+    }
+    auto size = ParsePtySize(*body);
+    if (!size) {
+      co_await ctx.ReplyError(size.error());
+      co_return true;
+    }
+    auto st = co_await ctx.Blocking([&] { return p->ResizeCommand(sb, cid, size->cols, size->rows); });
     if (!st) {
       co_await ctx.ReplyError(st.error());
     } else {

@@ -5,28 +5,12 @@
 #include <condition_variable>
 #include <thread>
 
+#include "api/e2b/e2b.h"
 #include "api/http.h"
 
 namespace space::api {
 
 namespace {
-
-std::string PercentDecode(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
-        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
-      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
-      i += 2;
-    } else if (s[i] == '+') {
-      out += ' ';
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
 
 void ParseTarget(std::string_view target, Ctx& ctx) {
   size_t q = target.find('?');
@@ -67,6 +51,23 @@ bool Authorized(const Ctx& ctx) {
 }
 
 }  // namespace
+
+std::string PercentDecode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else if (s[i] == '+') {
+      out += ' ';
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
 
 // ---------------------------------------------------------------- Ctx
 
@@ -375,6 +376,15 @@ Awaitable<void> Server::Impl::Serve(tcp::socket socket) {
   }
   beast::error_code ec;
   stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  // Lingering close: closing with unread bytes (the rest of a body refused with 413)
+  // makes the kernel send a reset, and a client still sending then loses our answer.
+  // Read and drop what is still coming, for a moment and a bounded amount.
+  stream.expires_after(std::chrono::seconds(2));
+  std::vector<char> drop(64 << 10);
+  for (size_t drained = 0; !ec && drained < (64u << 20);) {
+    drained += co_await stream.async_read_some(asio::buffer(drop),
+                                               asio::redirect_error(asio::use_awaitable, ec));
+  }
 }
 
 Awaitable<void> Server::Impl::Dispatch(Ctx& ctx) {
@@ -385,6 +395,8 @@ Awaitable<void> Server::Impl::Dispatch(Ctx& ctx) {
     }
     co_return;
   }
+  // The E2B-compatible surface authenticates its own way (X-API-KEY, X-Access-Token).
+  if (co_await e2b::Route(ctx)) co_return;
   if (!Authorized(ctx)) {
     Json body = ErrorBody(Error{Errc::kUnauthenticated, 0,
                                 "missing or invalid API key (Authorization: Bearer KEY)"});

@@ -55,6 +55,7 @@ Json CommandJson(const core::CommandInfo& c) {
           {"timed_out", r.timed_out},
           {"reason", r.reason},
           {"pid", r.pid},
+          {"pty", r.spec.contains("pty") ? r.spec["pty"] : Json(nullptr)},
           {"stdout_size", c.stdout_size},
           {"stderr_size", c.stderr_size},
           {"started_at", TimeOrNull(r.started_ms)},

@@ -17,9 +17,16 @@ Json CommandSpecJson(const CommandRequest& req) {
   j["env"] = req.env;
   if (!req.cwd.empty()) j["cwd"] = req.cwd;
   if (!req.user.empty()) j["user"] = req.user;
-  j["stdin"] = req.stdin;
+  j["stdin"] = req.stdin || req.pty.has_value();
   j["timeout_ms"] = req.timeout_ms;
+  if (req.pty) j["pty"] = {{"cols", req.pty->cols}, {"rows", req.pty->rows}};
   return j;
+}
+
+Status ValidatePtySize(int cols, int rows) {
+  if (cols < 1 || cols > 4096 || rows < 1 || rows > 4096)
+    return Fail(Errc::kInvalidArgument, "pty cols and rows must be 1..4096");
+  return Ok();
 }
 
 Status ValidateCommand(const CommandRequest& req) {
@@ -43,6 +50,7 @@ Status ValidateCommand(const CommandRequest& req) {
   if (total > (1u << 20)) return Fail(Errc::kTooLarge, "command and environment exceed 1 MiB");
   if (!req.cwd.empty()) SPACE_TRY(ValidateSandboxPath(req.cwd));
   if (req.timeout_ms < 0) return Fail(Errc::kInvalidArgument, "timeout must be >= 0");
+  if (req.pty) SPACE_TRY(ValidatePtySize(req.pty->cols, req.pty->rows));
   return Ok();
 }
 
@@ -104,6 +112,7 @@ Result<CommandInfo> Platform::StartCommand(const std::string& sandbox_id,
   for (const auto& [k, v] : req.env) env[k] = v;
   Json exec = {{"op", "exec"},   {"stream", cmd->rec.stream}, {"id", cmd->rec.id},
                {"env", env},     {"stdin", req.stdin},        {"timeout_ms", req.timeout_ms}};
+  if (req.pty) exec["pty"] = {{"cols", req.pty->cols}, {"rows", req.pty->rows}};
   if (!req.argv.empty()) {
     exec["argv"] = req.argv;
   } else {
@@ -135,6 +144,13 @@ Result<CommandInfo> Platform::StartCommand(const std::string& sandbox_id,
   {
     std::lock_guard l(cmd->mu);
     cmd->rec.pid = JsonIntOr(resp->json, "pid", 0);
+  }
+  if (req.pty && !JsonBoolOr(resp->json, "pty", false)) {
+    // An agent from before ptys ignores the field and runs the command on pipes: stop it
+    // rather than hand back something else than was asked for.
+    (void)sb->session->Call({{"op", "signal"}, {"stream", cmd->rec.stream}, {"signal", 9}}, {},
+                            config_.agent_request_timeout_ms);
+    return Fail(Errc::kUnavailable, "sandbox " + sandbox_id + ": its agent has no pty support");
   }
   return Snapshot(*cmd);
 }
@@ -233,6 +249,27 @@ Status Platform::Signal(const std::string& sandbox_id, const std::string& cid, i
   if (!session) return tl::unexpected(session.error());
   auto r = (*session)->Call({{"op", "signal"}, {"stream", cmd->rec.stream}, {"signal", signal}}, {},
                             config_.agent_request_timeout_ms);
+  if (!r) return tl::unexpected(r.error());
+  return Ok();
+}
+
+Status Platform::ResizeCommand(const std::string& sandbox_id, const std::string& cid, int cols,
+                               int rows) {
+  SPACE_TRY(ValidatePtySize(cols, rows));
+  auto live = LiveCommand(*impl_, sandbox_id, cid);
+  if (!live) return tl::unexpected(live.error());
+  auto& [sb, cmd] = *live;
+  uint32_t stream;
+  {
+    std::lock_guard l(cmd->mu);
+    if (!JsonField(cmd->rec.spec, "pty"))
+      return Fail(Errc::kInvalidArgument, "command " + cid + " has no pty");
+    stream = cmd->rec.stream;
+  }
+  auto session = LiveSession(*sb);
+  if (!session) return tl::unexpected(session.error());
+  Json req = {{"op", "resize"}, {"stream", stream}, {"cols", cols}, {"rows", rows}};
+  auto r = (*session)->Call(req, {}, config_.agent_request_timeout_ms);
   if (!r) return tl::unexpected(r.error());
   return Ok();
 }

@@ -96,6 +96,13 @@ struct CommandRequest {
   std::string user;
   bool stdin = false;
   int64_t timeout_ms = 0;
+  // Run on a new pseudo-terminal of this size (1..4096 each): stdin, stdout and stderr are
+  // the terminal, all output is on stdout, stdin is always open (WriteStdin; its eof is ^D).
+  struct PtySize {
+    int cols = 80;
+    int rows = 24;
+  };
+  std::optional<PtySize> pty;
 };
 
 // A command's durable record plus its live output sizes.
@@ -192,6 +199,10 @@ class Platform {
   [[nodiscard]] Status WriteStdin(const std::string& sandbox_id, const std::string& cid,
                                   std::string_view bytes, bool eof);
   [[nodiscard]] Status Signal(const std::string& sandbox_id, const std::string& cid, int signal);
+  // Sets the terminal size of a pty command (its programs get SIGWINCH). kInvalidArgument
+  // for a command without a pty or a bad size, kConflict once it has ended.
+  [[nodiscard]] Status ResizeCommand(const std::string& sandbox_id, const std::string& cid,
+                                     int cols, int rows);
 
   // Files (paths absolute inside the sandbox).
   [[nodiscard]] Result<Json> StatFile(const std::string& sandbox_id, const std::string& path);

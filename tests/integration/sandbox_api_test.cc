@@ -128,6 +128,54 @@ TEST_F(SandboxApiTest, StdinIsForwardedAndClosed) {
   EXPECT_EQ(out->bytes, "hello world");
 }
 
+// A pty command: a terminal of the asked size, input typed into it, resizable.
+TEST_F(SandboxApiTest, PtyCommandTakesInputAndResizes) {
+  auto started = c().StartCommand(sandbox_, {{"argv", {"/bin/sh"}}, {"pty", {{"cols", 90}, {"rows", 20}}}});
+  ASSERT_TRUE(started) << started.error().message;
+  std::string cid = (*started)["id"];
+  EXPECT_EQ((*started)["command"]["pty"], Json({{"cols", 90}, {"rows", 20}}));
+  auto wait_for = [&](const std::string& want) {
+    for (int i = 0; i < 200; ++i) {
+      auto out = c().ReadOutput(sandbox_, cid, "stdout", 0);
+      if (out && out->bytes.find(want) != std::string::npos) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    auto out = c().ReadOutput(sandbox_, cid, "stdout", 0);
+    ADD_FAILURE() << "no \"" << want << "\" in " << (out ? out->bytes : out.error().message);
+    return false;
+  };
+  ASSERT_TRUE(c().SendStdin(sandbox_, cid, "stty size; tty\n"));
+  EXPECT_TRUE(wait_for("20 90"));
+  EXPECT_TRUE(wait_for("/dev/pts/"));
+  auto r = c().Call("POST", "/v1/sandboxes/" + sandbox_ + "/commands/" + cid + "/resize",
+                    Json{{"cols", 120}, {"rows", 40}});
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_TRUE(c().SendStdin(sandbox_, cid, "stty size\n"));
+  EXPECT_TRUE(wait_for("40 120"));
+  auto bad = c().Call("POST", "/v1/sandboxes/" + sandbox_ + "/commands/" + cid + "/resize",
+                      Json{{"cols", 0}, {"rows", 40}});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::kInvalidArgument);
+  ASSERT_TRUE(c().SendStdin(sandbox_, cid, "exit 4\n"));
+  auto cmd = c().GetCommand(sandbox_, cid, 20s);
+  ASSERT_TRUE(cmd);
+  EXPECT_EQ((*cmd)["exit_code"], 4) << cmd->dump();
+  EXPECT_EQ((*cmd)["stderr_size"], 0);
+
+  // A command without a pty cannot be resized; a bad pty size is refused at the start.
+  auto plain = c().StartCommand(sandbox_, {{"argv", {"sleep", "30"}}});
+  ASSERT_TRUE(plain);
+  std::string pcid = (*plain)["id"];
+  auto no_pty = c().Call("POST", "/v1/sandboxes/" + sandbox_ + "/commands/" + pcid + "/resize",
+                         Json{{"cols", 80}, {"rows", 24}});
+  ASSERT_FALSE(no_pty);
+  EXPECT_EQ(no_pty.error().code, Errc::kInvalidArgument);
+  ASSERT_TRUE(c().Signal(sandbox_, pcid, "KILL"));
+  auto refused = c().StartCommand(sandbox_, {{"argv", {"true"}}, {"pty", {{"cols", 80}}}});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::kInvalidArgument);
+}
+
 TEST_F(SandboxApiTest, SignalKillsCommand) {
   auto started = c().StartCommand(sandbox_, {{"argv", {"sleep", "1000"}}});
   ASSERT_TRUE(started);

@@ -1,0 +1,47 @@
+// api/e2b: an E2B-compatible surface on spaced's port, so the unmodified E2B SDKs work
+// against SPACE (docs/e2b-compat.md).
+//
+// Two halves, both thin translations onto core::Platform (no second implementation of
+// sandboxes, commands or files):
+//  - the control plane (routes_e2b_control.cc): `/v2/sandboxes`, `/sandboxes/{id}/…`,
+//    authorised by `X-API-KEY`, errors as E2B's `{"code":<http status>,"message"}`;
+//  - the in-sandbox "envd" API (routes_e2b_envd.cc): `/health`, `/files` and the
+//    Connect-RPC services `process.Process` and `filesystem.Filesystem` (JSON codec),
+//    routed by the `E2b-Sandbox-Id` header and authorised by `X-Access-Token`.
+// E2B sandbox ids are SPACE sandbox ids. api/ only; included by api/server.cc.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "api/http.h"
+
+namespace space::api::e2b {
+
+// The envd version the surface reports: the SDK gates features on it (0.5.7 enables
+// octet-stream uploads and closeStdin, and keeps file metadata and watch-with-entries,
+// which SPACE lacks, behind the SDK's own TemplateError).
+inline constexpr char kEnvdVersion[] = "0.5.7";
+
+// Handles the request if it belongs to the E2B surface (answering it, errors included);
+// false otherwise. Called by the server before its own authentication.
+Awaitable<bool> Route(Ctx& ctx);
+
+// Control plane and envd halves (each true if it handled the request).
+Awaitable<bool> RouteControl(Ctx& ctx);
+Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sandbox_id);
+
+// The per-sandbox secret returned as `envdAccessToken` and checked on every envd request.
+// The ONE place that mints and checks it: a keyed BLAKE2b of the sandbox id under the
+// operator key (so it needs no storage and dies with the key). To be replaced by SPACE's
+// scoped sandbox tokens (src/auth) once they exist.
+std::string AccessToken(const Ctx& ctx, const std::string& sandbox_id);
+bool AccessTokenValid(const Ctx& ctx, const std::string& sandbox_id, std::string_view token);
+
+// Whether X-API-KEY holds the operator key.
+bool ApiKeyValid(const Ctx& ctx);
+
+// An http header by name ("" when absent).
+std::string HeaderOr(const Ctx& ctx, std::string_view name);
+
+}  // namespace space::api::e2b

@@ -1,0 +1,451 @@
+// E2B control plane: /v2/sandboxes, /sandboxes/{id}/… and /v2/sandboxes/{id}/connect,
+// mapped onto core::Platform's sandboxes and operations. E2B's calls are synchronous, so
+// each waits for its operation. Errors are E2B's {"code":<http status>,"message"}.
+#include <sodium.h>
+
+#include <cmath>
+
+#include "api/e2b/e2b.h"
+
+namespace space::api::e2b {
+
+namespace {
+
+// How long a synchronous E2B call waits for its SPACE operation.
+constexpr int64_t kOperationWaitMs = 5 * 60 * 1000;
+
+Awaitable<void> ReplyError(Ctx& ctx, int status, const std::string& message) {
+  Json body = {{"code", status}, {"message", message}};
+  co_await ctx.Reply(status, body);
+}
+
+Awaitable<void> ReplyError(Ctx& ctx, const Error& e) {
+  co_await ReplyError(ctx, HttpStatusFor(e.code), e.message);
+}
+
+// E2B names templates without tags ("base"); SPACE refs are name:tag or a digest.
+std::string TemplateRef(const std::string& e2b_template) {
+  if (e2b_template.find(':') != std::string::npos) return e2b_template;
+  return e2b_template + ":latest";
+}
+
+std::string TemplateId(const std::string& ref) {
+  const std::string suffix = ":latest";
+  if (ref.size() > suffix.size() && ref.compare(ref.size() - suffix.size(), suffix.size(), suffix) == 0)
+    return ref.substr(0, ref.size() - suffix.size());
+  return ref;
+}
+
+// E2B knows two states; SPACE's transitional ones map to where they are heading.
+// "" = not an E2B-visible sandbox (deleting, deleted, error).
+std::string E2bState(const std::string& state) {
+  if (state == "creating" || state == "running" || state == "waking") return "running";
+  if (state == "paused" || state == "suspended" || state == "suspending") return "paused";
+  return "";
+}
+
+bool Gone(const store::SandboxRecord& r) { return E2bState(r.state).empty(); }
+
+// The fields every E2B sandbox rendering shares (ListedSandbox, SandboxDetail).
+Json Listed(const store::SandboxRecord& r) {
+  const Json* limits = JsonField(r.spec, "limits");
+  Json lim = limits ? *limits : Json::object();
+  int64_t expires = JsonIntOr(r.spec, "expires_ms", 0);
+  double cpus = lim.contains("cpus") && lim["cpus"].is_number() ? lim["cpus"].get<double>() : 1.0;
+  return {{"sandboxID", r.id},
+          {"templateID", TemplateId(r.template_ref)},
+          {"alias", TemplateId(r.template_ref)},
+          {"clientID", "space"},
+          {"startedAt", FormatRfc3339(r.created_ms)},
+          // No timeout means no end: E2B has no word for that, so report the start.
+          {"endAt", FormatRfc3339(expires > 0 ? expires : r.created_ms)},
+          {"cpuCount", static_cast<int64_t>(std::ceil(std::max(cpus, 0.0)))},
+          {"memoryMB", JsonIntOr(lim, "memory_bytes", 0) >> 20},
+          {"diskSizeMB", JsonIntOr(lim, "disk_bytes", 0) >> 20},
+          {"metadata", r.metadata},
+          {"state", E2bState(r.state)},
+          {"envdVersion", kEnvdVersion}};
+}
+
+// The answer to create and connect (E2B's `Sandbox`).
+Json Created(const Ctx& ctx, const store::SandboxRecord& r) {
+  return {{"sandboxID", r.id},
+          {"templateID", TemplateId(r.template_ref)},
+          {"alias", TemplateId(r.template_ref)},
+          {"clientID", "space"},
+          {"envdVersion", kEnvdVersion},
+          {"envdAccessToken", AccessToken(ctx, r.id)},
+          {"trafficAccessToken", nullptr},
+          {"domain", nullptr}};
+}
+
+Result<std::map<std::string, std::string>> StringMap(const Json& body, const char* key) {
+  std::map<std::string, std::string> out;
+  const Json* f = JsonField(body, key);
+  if (!f || f->is_null()) return out;
+  if (!f->is_object()) return Fail(Errc::kInvalidArgument, std::string(key) + " must be an object");
+  for (const auto& [k, v] : f->items()) {
+    if (!v.is_string())
+      return Fail(Errc::kInvalidArgument, std::string(key) + "." + k + " must be a string");
+    out[k] = v.get<std::string>();
+  }
+  return out;
+}
+
+Result<int64_t> TimeoutSeconds(const Json& body) {
+  const Json* t = JsonField(body, "timeout");
+  if (!t || t->is_null()) return -1;
+  if (!t->is_number_integer() || t->get<int64_t>() < 0 || t->get<int64_t>() > 366ll * 24 * 3600)
+    return Fail(Errc::kInvalidArgument, "timeout must be a non-negative number of seconds");
+  return t->get<int64_t>();
+}
+
+Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
+  core::CreateSandboxRequest req;
+  const Json* t = JsonField(body, "templateID");
+  if (!t || !t->is_string() || t->get<std::string>().empty())
+    return Fail(Errc::kInvalidArgument, "templateID is required");
+  req.template_ref = TemplateRef(t->get<std::string>());
+  auto meta = StringMap(body, "metadata");
+  if (!meta) return tl::unexpected(meta.error());
+  req.metadata = std::move(*meta);
+  auto env = StringMap(body, "envVars");
+  if (!env) return tl::unexpected(env.error());
+  req.env = std::move(*env);
+  auto timeout = TimeoutSeconds(body);
+  if (!timeout) return tl::unexpected(timeout.error());
+  req.timeout_s = *timeout;
+  req.on_timeout = JsonBoolOr(body, "autoPause", false) ? "pause" : "delete";
+  if (const Json* a = JsonField(body, "allow_internet_access"); a && a->is_boolean())
+    req.network = a->get<bool>();
+  // What SPACE has no equivalent for is refused rather than silently ignored.
+  for (const char* key : {"mcp", "volumeMounts", "iam", "network", "autoResume"}) {
+    const Json* f = JsonField(body, key);
+    bool empty = !f || f->is_null() || (f->is_object() && f->empty()) || (f->is_array() && f->empty());
+    if (key == std::string("autoResume") && f && f->is_object())
+      empty = !JsonBoolOr(*f, "enabled", false);
+    if (!empty) return Fail(Errc::kInvalidArgument, std::string(key) + " is not supported by SPACE");
+  }
+  return req;
+}
+
+// "k=v&k2=v2" (the SDK encodes keys and values, then the whole string) -> labels.
+std::map<std::string, std::string> ParseMetadataQuery(const std::string& q) {
+  std::map<std::string, std::string> out;
+  size_t pos = 0;
+  while (pos <= q.size()) {
+    size_t amp = q.find('&', pos);
+    if (amp == std::string::npos) amp = q.size();
+    std::string kv = q.substr(pos, amp - pos);
+    if (!kv.empty()) {
+      size_t eq = kv.find('=');
+      std::string k = kv.substr(0, eq);
+      std::string v = eq == std::string::npos ? "" : kv.substr(eq + 1);
+      out[PercentDecode(PercentDecode(k))] = PercentDecode(PercentDecode(v));
+    }
+    pos = amp + 1;
+  }
+  return out;
+}
+
+// The sandbox as E2B may see it: kNotFound for unknown or deleted ones.
+Result<store::SandboxRecord> Visible(core::Platform* p, const std::string& id) {
+  auto rec = p->GetSandbox(id);
+  if (!rec) return rec;
+  if (Gone(*rec)) return Fail(Errc::kNotFound, "sandbox " + id + " not found");
+  return rec;
+}
+
+// Waits for an operation; its failure (or not finishing in time) becomes the error.
+Awaitable<Status> Finish(Ctx& ctx, const store::OperationRecord& op) {
+  auto done = co_await AwaitOperation(ctx, op.id, kOperationWaitMs);
+  if (!done) co_return tl::unexpected(done.error());
+  if (done->state == "failed")
+    co_return Fail(ErrcFromName(done->error_code), done->error_message);
+  if (!Finished(*done))
+    co_return Fail(Errc::kDeadlineExceeded, "operation " + op.id + " did not finish in time");
+  co_return Ok();
+}
+
+Awaitable<void> Create(Ctx& ctx) {
+  core::Platform* p = ctx.platform;
+  auto body = co_await ctx.ReadJson();
+  if (!body) {
+    co_await ReplyError(ctx, body.error());
+    co_return;
+  }
+  auto req = ParseCreate(*body);
+  if (!req) {
+    co_await ReplyError(ctx, req.error());
+    co_return;
+  }
+  auto created = co_await ctx.Blocking([&] { return p->CreateSandbox(*req); });
+  if (!created) {
+    co_await ReplyError(ctx, created.error());
+    co_return;
+  }
+  store::OperationRecord op = created->first;
+  std::string id = created->second.id;
+  auto st = co_await Finish(ctx, op);
+  auto rec = co_await ctx.Blocking([&] { return p->GetSandbox(id); });
+  if (st && !rec) st = tl::unexpected(rec.error());
+  if (!st) {
+    co_await ReplyError(ctx, st.error());
+    co_return;
+  }
+  Json reply = Created(ctx, *rec);
+  co_await ctx.Reply(201, reply);
+}
+
+Awaitable<void> List(Ctx& ctx, bool v2) {
+  core::Platform* p = ctx.platform;
+  core::SandboxFilter filter;
+  filter.labels = ParseMetadataQuery(ctx.Query("metadata"));
+  std::set<std::string> states;
+  std::string st;
+  for (const auto& v : ctx.QueryAll("state")) st += (st.empty() ? "" : ",") + v;
+  if (st.empty()) st = v2 ? "running,paused" : "running";
+  for (size_t pos = 0; pos <= st.size();) {
+    size_t comma = st.find(',', pos);
+    if (comma == std::string::npos) comma = st.size();
+    std::string one = st.substr(pos, comma - pos);
+    if (one == "running" || one == "paused") {
+      states.insert(one);
+    } else if (!one.empty()) {
+      co_await ReplyError(ctx, 400, "state must be running or paused, not \"" + one + "\"");
+      co_return;
+    }
+    pos = comma + 1;
+  }
+  auto list = co_await ctx.Blocking([&] { return p->ListSandboxes(filter); });
+  if (!list) {
+    co_await ReplyError(ctx, list.error());
+    co_return;
+  }
+  Json out = Json::array();
+  for (const auto& r : *list) {
+    if (states.count(E2bState(r.state))) out.push_back(Listed(r));
+  }
+  co_await ctx.Reply(200, out);
+}
+
+Awaitable<void> Kill(Ctx& ctx, const std::string& id) {
+  core::Platform* p = ctx.platform;
+  auto rec = co_await ctx.Blocking([&] { return Visible(p, id); });
+  if (!rec) {
+    co_await ReplyError(ctx, rec.error());
+    co_return;
+  }
+  auto op = co_await ctx.Blocking([&] { return p->DeleteSandbox(id); });
+  Status st = Ok();
+  if (op) {
+    st = co_await Finish(ctx, *op);
+  } else {
+    st = tl::unexpected(op.error());
+  }
+  if (!st) {
+    co_await ReplyError(ctx, st.error());
+    co_return;
+  }
+  co_await ctx.ReplyBytes(204, "", "application/json");
+}
+
+// Runs a lifecycle transition to its end.
+Awaitable<Status> Transition(Ctx& ctx, const std::string& id, const std::string& kind) {
+  core::Platform* p = ctx.platform;
+  auto op = co_await ctx.Blocking([&] { return p->Transition(id, kind); });
+  if (!op) co_return tl::unexpected(op.error());
+  co_return co_await Finish(ctx, *op);
+}
+
+Awaitable<void> Pause(Ctx& ctx, const std::string& id) {
+  core::Platform* p = ctx.platform;
+  auto rec = co_await ctx.Blocking([&] { return Visible(p, id); });
+  if (!rec) {
+    co_await ReplyError(ctx, rec.error());
+    co_return;
+  }
+  if (E2bState(rec->state) == "paused") {
+    co_await ReplyError(ctx, 409, "sandbox " + id + " is already paused");
+    co_return;
+  }
+  auto st = co_await Transition(ctx, id, "pause");
+  if (!st) {
+    co_await ReplyError(ctx, st.error());
+    co_return;
+  }
+  co_await ctx.ReplyBytes(204, "", "application/json");
+}
+
+// connect (and the older resume): a paused sandbox is resumed, a suspended one woken;
+// a running one is answered as it is. A timeout in the body is applied afterwards.
+Awaitable<void> Connect(Ctx& ctx, const std::string& id) {
+  core::Platform* p = ctx.platform;
+  auto body = co_await ctx.ReadJson();
+  if (!body) {
+    co_await ReplyError(ctx, body.error());
+    co_return;
+  }
+  auto timeout = TimeoutSeconds(*body);
+  if (!timeout) {
+    co_await ReplyError(ctx, timeout.error());
+    co_return;
+  }
+  auto rec = co_await ctx.Blocking([&] { return Visible(p, id); });
+  if (!rec) {
+    co_await ReplyError(ctx, rec.error());
+    co_return;
+  }
+  int status = 200;
+  std::string kind = rec->state == "paused" ? "resume" : rec->state == "suspended" ? "wake" : "";
+  if (!kind.empty()) {
+    auto st = co_await Transition(ctx, id, kind);
+    if (!st) {
+      co_await ReplyError(ctx, st.error());
+      co_return;
+    }
+    status = 201;
+  }
+  if (*timeout >= 0) {
+    int64_t secs = *timeout;
+    auto set = co_await ctx.Blocking([&] { return p->SetTimeout(id, secs, ""); });
+    if (!set) {
+      co_await ReplyError(ctx, set.error());
+      co_return;
+    }
+  }
+  auto latest = co_await ctx.Blocking([&] { return Visible(p, id); });
+  if (!latest) {
+    co_await ReplyError(ctx, latest.error());
+    co_return;
+  }
+  Json reply = Created(ctx, *latest);
+  co_await ctx.Reply(status, reply);
+}
+
+Awaitable<void> SetTimeout(Ctx& ctx, const std::string& id) {
+  core::Platform* p = ctx.platform;
+  auto body = co_await ctx.ReadJson();
+  auto timeout = body ? TimeoutSeconds(*body) : Result<int64_t>(tl::unexpected(body.error()));
+  if (timeout && *timeout < 0) timeout = Fail(Errc::kInvalidArgument, "timeout is required");
+  if (!timeout) {
+    co_await ReplyError(ctx, timeout.error());
+    co_return;
+  }
+  int64_t secs = *timeout;
+  auto rec = co_await ctx.Blocking([&]() -> Result<store::SandboxRecord> {
+    auto v = Visible(p, id);
+    if (!v) return v;
+    return p->SetTimeout(id, secs, "");
+  });
+  if (!rec) {
+    co_await ReplyError(ctx, rec.error());
+    co_return;
+  }
+  co_await ctx.ReplyBytes(204, "", "application/json");
+}
+
+}  // namespace
+
+Awaitable<bool> RouteControl(Ctx& ctx) {
+  const auto& s = ctx.segments;
+  // /sandboxes[/{id}[/verb]] and /v2/sandboxes[/{id}/connect]
+  size_t base = !s.empty() && s[0] == "sandboxes" ? 1 : (s.size() >= 2 && s[0] == "v2" && s[1] == "sandboxes") ? 2 : 0;
+  if (base == 0) co_return false;
+  if (!ApiKeyValid(ctx)) {
+    co_await ReplyError(ctx, 401, "missing or invalid API key (X-API-KEY)");
+    co_return true;
+  }
+  const bool v2 = base == 2;
+  const std::string& m = ctx.method;
+  if (s.size() == base) {
+    if (m == "POST" && v2) {
+      co_await Create(ctx);
+    } else if (m == "GET") {
+      co_await List(ctx, v2);
+    } else {
+      co_await ReplyError(ctx, 405, "method not allowed");
+    }
+    co_return true;
+  }
+  const std::string id = s[base];
+  const std::string verb = s.size() == base + 2 ? s[base + 1] : "";
+  if (s.size() > base + 2) {
+    co_await ReplyError(ctx, 404, "no route " + m + " " + ctx.path);
+  } else if (s.size() == base + 1 && !v2 && m == "GET") {
+    core::Platform* p = ctx.platform;
+    auto rec = co_await ctx.Blocking([&] { return Visible(p, id); });
+    if (!rec) {
+      co_await ReplyError(ctx, rec.error());
+      co_return true;
+    }
+    Json detail = Listed(*rec);
+    detail["envdAccessToken"] = AccessToken(ctx, id);
+    detail["domain"] = nullptr;
+    detail["allowInternetAccess"] = JsonBoolOr(rec->spec, "network", false);
+    detail["lifecycle"] = {
+        {"onTimeout", JsonStringOr(rec->spec, "on_timeout", "delete") == "delete" ? "kill" : "pause"},
+        {"autoResume", false}};
+    co_await ctx.Reply(200, detail);
+  } else if (s.size() == base + 1 && !v2 && m == "DELETE") {
+    co_await Kill(ctx, id);
+  } else if (m == "POST" && verb == "connect" && v2) {
+    co_await Connect(ctx, id);
+  } else if (m == "POST" && verb == "resume" && !v2) {
+    co_await Connect(ctx, id);
+  } else if (m == "POST" && verb == "pause" && !v2) {
+    co_await Pause(ctx, id);
+  } else if (m == "POST" && verb == "timeout" && !v2) {
+    co_await SetTimeout(ctx, id);
+  } else if (m == "GET" && verb == "metrics" && !v2) {
+    // SPACE has no metrics history: an existing sandbox answers with none.
+    core::Platform* p = ctx.platform;
+    auto rec = co_await ctx.Blocking([&] { return Visible(p, id); });
+    if (!rec) {
+      co_await ReplyError(ctx, rec.error());
+    } else {
+      Json none = Json::array();
+      co_await ctx.Reply(200, none);
+    }
+  } else {
+    co_await ReplyError(ctx, 404, m + " " + ctx.path + " is not supported by SPACE");
+  }
+  co_return true;
+}
+
+// ---------------------------------------------------------------- shared
+
+bool ApiKeyValid(const Ctx& ctx) {
+  std::string key = HeaderOr(ctx, "X-API-KEY");
+  const std::string& want = ctx.opts->api_key;
+  if (want.empty() || key.size() != want.size()) return false;
+  return sodium_memcmp(key.data(), want.data(), want.size()) == 0;
+}
+
+std::string AccessToken(const Ctx& ctx, const std::string& sandbox_id) {
+  const std::string& key = ctx.opts->api_key;
+  unsigned char mac[32];
+  const std::string msg = "e2b-envd-access:" + sandbox_id;
+  // The key may be longer than BLAKE2b's 64-byte key: hash it down first.
+  unsigned char k[crypto_generichash_KEYBYTES];
+  crypto_generichash(k, sizeof k, reinterpret_cast<const unsigned char*>(key.data()), key.size(),
+                     nullptr, 0);
+  crypto_generichash(mac, sizeof mac, reinterpret_cast<const unsigned char*>(msg.data()),
+                     msg.size(), k, sizeof k);
+  char hex[sizeof mac * 2 + 1];
+  sodium_bin2hex(hex, sizeof hex, mac, sizeof mac);
+  return std::string("sat_") + hex;
+}
+
+bool AccessTokenValid(const Ctx& ctx, const std::string& sandbox_id, std::string_view token) {
+  if (ctx.opts->api_key.empty()) return false;
+  std::string want = AccessToken(ctx, sandbox_id);
+  return token.size() == want.size() && sodium_memcmp(token.data(), want.data(), want.size()) == 0;
+}
+
+std::string HeaderOr(const Ctx& ctx, std::string_view name) {
+  auto it = ctx.req().find(beast::string_view(name.data(), name.size()));
+  return it == ctx.req().end() ? "" : std::string(it->value());
+}
+
+}  // namespace space::api::e2b

@@ -1,0 +1,779 @@
+// E2B's in-sandbox API ("envd"), served by spaced for every sandbox: /health, /files and
+// the Connect-RPC services process.Process and filesystem.Filesystem (JSON codec). The
+// sandbox is named by the E2b-Sandbox-Id header; processes are SPACE command sessions
+// found by their pid, files go through the agent like SPACE's own /files routes.
+#include <csignal>
+
+#include "api/e2b/connect.h"
+#include "api/e2b/e2b.h"
+
+namespace space::api::e2b {
+
+namespace {
+
+namespace rpc = connect;
+using store::OutputStream;
+
+// ---------------------------------------------------------------- replies
+
+// envd's REST errors: {"code":<status>,"message"}; the SDK maps 404 to FileNotFoundError,
+// 502 to "sandbox not running" (TimeoutError), 507 to NotEnoughSpaceError.
+Awaitable<void> ReplyRestError(Ctx& ctx, int status, const std::string& message) {
+  Json body = {{"code", status}, {"message", message}};
+  co_await ctx.Reply(status, body);
+}
+
+Awaitable<void> ReplyRestError(Ctx& ctx, const Error& e) {
+  co_await ReplyRestError(ctx, HttpStatusFor(e.code), e.message);
+}
+
+// A unary RPC's error: the Connect status for the code, a JSON body.
+Awaitable<void> ReplyRpcError(Ctx& ctx, std::string_view code, const std::string& message) {
+  Json body = rpc::ErrorJson(code, message);
+  co_await ctx.Reply(rpc::HttpStatusFor(code), body);
+}
+
+Awaitable<void> ReplyRpcError(Ctx& ctx, const Error& e) {
+  co_await ReplyRpcError(ctx, rpc::CodeFor(e.code), e.message);
+}
+
+// A streaming RPC that fails before its first message: just the end-stream message.
+Awaitable<void> ReplyStreamError(Ctx& ctx, std::string_view code, const std::string& message) {
+  std::string end = rpc::EndStream(rpc::ErrorJson(code, message));
+  co_await ctx.ReplyBytes(200, std::move(end), "application/connect+json");
+}
+
+Awaitable<void> ReplyStreamError(Ctx& ctx, const Error& e) {
+  co_await ReplyStreamError(ctx, rpc::CodeFor(e.code), e.message);
+}
+
+std::string ContentType(const Ctx& ctx) {
+  std::string ct = ctx.Header(http::field::content_type);
+  if (size_t semi = ct.find(';'); semi != std::string::npos) ct.resize(semi);
+  while (!ct.empty() && ct.back() == ' ') ct.pop_back();
+  return ct;
+}
+
+// Reads a request message: a JSON body for unary calls, one envelope for streaming ones.
+// On failure the error is already answered and nullopt returned.
+Awaitable<std::optional<Json>> ReadRequest(Ctx& ctx, bool streaming) {
+  const std::string want = streaming ? "application/connect+json" : "application/json";
+  if (ContentType(ctx) != want) {
+    // The Connect protocol answers an unsupported codec with 415.
+    Json body = rpc::ErrorJson("unimplemented", "content type must be " + want + " (JSON codec)");
+    co_await ctx.Reply(415, body);
+    co_return std::nullopt;
+  }
+  auto body = co_await ctx.ReadBody(rpc::kMaxMessage + 5);
+  Result<std::string> payload = body;
+  if (body && streaming) payload = rpc::SingleMessage(*body);
+  Result<Json> msg = payload ? rpc::ParseMessage(*payload) : Result<Json>(tl::unexpected(payload.error()));
+  if (!msg) {
+    if (streaming) {
+      co_await ReplyStreamError(ctx, msg.error());
+    } else {
+      co_await ReplyRpcError(ctx, msg.error());
+    }
+    co_return std::nullopt;
+  }
+  co_return std::move(*msg);
+}
+
+// ---------------------------------------------------------------- helpers
+
+// E2B accepts paths relative to the user's home; SPACE's commands default to / there.
+std::string AbsPath(const std::string& path) {
+  if (!path.empty() && path[0] == '/') return path;
+  return "/" + path;
+}
+
+// The user of `Authorization: Basic base64("user:")`; "" when absent.
+std::string BasicUser(const Ctx& ctx) {
+  std::string auth = ctx.Header(http::field::authorization);
+  const std::string prefix = "Basic ";
+  if (!StartsWith(auth, prefix)) return "";
+  auto decoded = rpc::Base64Decode(auth.substr(prefix.size()));
+  if (!decoded) return "";
+  return decoded->substr(0, decoded->find(':'));
+}
+
+std::string Permissions(const std::string& type, int mode) {
+  std::string out(1, type == "dir" ? 'd' : type == "symlink" ? 'L' : '-');
+  const char* rwx = "rwxrwxrwx";
+  for (int i = 0; i < 9; ++i) out.push_back(mode & (0400 >> i) ? rwx[i] : '-');
+  return out;
+}
+
+std::string Owner(int64_t id) { return id == 0 ? "root" : std::to_string(id); }
+
+// An agent ENTRY (docs/agent-protocol.md) as filesystem.EntryInfo.
+Json EntryInfo(const Json& e) {
+  std::string type = JsonStringOr(e, "type", "other");
+  int mode = static_cast<int>(JsonIntOr(e, "mode", 0));
+  Json out = {{"name", JsonStringOr(e, "name", "")},
+              {"type", type == "file"      ? "FILE_TYPE_FILE"
+                       : type == "dir"     ? "FILE_TYPE_DIRECTORY"
+                       : type == "symlink" ? "FILE_TYPE_SYMLINK"
+                                           : "FILE_TYPE_UNSPECIFIED"},
+              {"path", JsonStringOr(e, "path", "")},
+              {"size", std::to_string(JsonIntOr(e, "size", 0))},  // int64: a JSON string
+              {"mode", mode},
+              {"permissions", Permissions(type, mode)},
+              {"owner", Owner(JsonIntOr(e, "uid", 0))},
+              {"group", Owner(JsonIntOr(e, "gid", 0))},
+              {"modifiedTime", FormatRfc3339(JsonIntOr(e, "mtime_ms", 0))}};
+  if (const Json* t = JsonField(e, "link_target")) out["symlinkTarget"] = *t;
+  return out;
+}
+
+// The ProcessConfig of a command (what it was started with).
+Json ProcessConfig(const store::CommandRecord& r) {
+  std::vector<std::string> argv;
+  if (const Json* a = JsonField(r.spec, "argv"); a && a->is_array()) {
+    argv = a->get<std::vector<std::string>>();
+  } else {
+    argv = {"/bin/sh", "-c", JsonStringOr(r.spec, "cmd", "")};
+  }
+  Json args = Json::array();
+  for (size_t i = 1; i < argv.size(); ++i) args.push_back(argv[i]);
+  const Json* env = JsonField(r.spec, "env");
+  Json out = {{"cmd", argv.empty() ? "" : argv[0]},
+              {"args", args},
+              {"envs", env && env->is_object() ? *env : Json::object()}};
+  if (const Json* cwd = JsonField(r.spec, "cwd")) out["cwd"] = *cwd;
+  return out;
+}
+
+// The pid of a ProcessSelector; tags are not supported (SPACE commands have none).
+Result<int64_t> SelectedPid(const Json& req) {
+  const Json* sel = rpc::Field(req, "process");
+  if (!sel || !sel->is_object()) return Fail(Errc::kInvalidArgument, "process selector is required");
+  if (rpc::Field(*sel, "tag")) return Fail(Errc::kNotFound, "no process with that tag");
+  const Json* pid = rpc::Field(*sel, "pid");
+  if (!pid || !pid->is_number_unsigned()) return Fail(Errc::kInvalidArgument, "process.pid is required");
+  return pid->get<int64_t>();
+}
+
+// The running command with that pid (pids are per sandbox and recycled: an ended command
+// never matches).
+Result<core::CommandInfo> CommandByPid(core::Platform* p, const std::string& sb, int64_t pid) {
+  auto list = p->ListCommands(sb);
+  if (!list) return tl::unexpected(list.error());
+  for (auto it = list->rbegin(); it != list->rend(); ++it) {
+    if (it->record.pid == pid && !it->ended()) return *it;
+  }
+  return Fail(Errc::kNotFound, "process with pid " + std::to_string(pid) + " not found");
+}
+
+std::string SignalName(int sig) {
+  switch (sig) {
+    case SIGKILL:
+      return "killed";
+    case SIGTERM:
+      return "terminated";
+    case SIGINT:
+      return "interrupt";
+    case SIGHUP:
+      return "hangup";
+    default:
+      return "signal " + std::to_string(sig);
+  }
+}
+
+// The EndEvent of a finished command, as Go's os.ProcessState renders it in envd.
+Json EndEvent(const core::CommandInfo& info) {
+  const auto& r = info.record;
+  Json end = Json::object();
+  if (r.exit_code) {
+    end = {{"exitCode", *r.exit_code}, {"exited", true},
+           {"status", "exit status " + std::to_string(*r.exit_code)}};
+    if (*r.exit_code != 0) end["error"] = "exit status " + std::to_string(*r.exit_code);
+  } else if (r.signal) {
+    end = {{"exitCode", -1}, {"exited", false}, {"status", "signal: " + SignalName(*r.signal)}};
+    end["error"] = end["status"];
+  } else {
+    end = {{"exitCode", -1}, {"exited", false}, {"status", r.state},
+           {"error", r.reason.empty() ? r.state : r.reason}};
+  }
+  return {{"event", {{"end", end}}}};
+}
+
+// Streams a command's events from the given offsets as StartResponse/ConnectResponse
+// envelopes, then the end-stream message. The response has already been started.
+Awaitable<void> StreamProcess(Ctx& ctx, const std::string& sb, const core::CommandInfo& info,
+                              uint64_t out_off, uint64_t err_off) {
+  const bool pty = info.record.spec.contains("pty");
+  bool finished = false;
+  auto emit = [&](OutputStream st, uint64_t, std::string_view data) -> Awaitable<void> {
+    const char* key = pty ? "pty" : st == OutputStream::kStdout ? "stdout" : "stderr";
+    Json ev = {{"event", {{"data", {{key, rpc::Base64Encode(data)}}}}}};
+    std::string env = rpc::Envelope(0, ev.dump());
+    co_await ctx.WriteChunk(env);
+  };
+  auto finish = [&](const core::CommandInfo& done) -> Awaitable<void> {
+    finished = true;
+    std::string out;
+    if (done.record.timed_out) {
+      // The call's deadline (Connect-Timeout-Ms) is the command's timeout.
+      out = rpc::EndStream(rpc::ErrorJson("deadline_exceeded", "command timed out"));
+    } else {
+      out = rpc::Envelope(0, EndEvent(done).dump()) + rpc::EndStream();
+    }
+    co_await ctx.WriteChunk(out);
+  };
+  auto keepalive = [&]() -> Awaitable<void> {
+    std::string env = rpc::Envelope(0, R"({"event":{"keepalive":{}}})");
+    co_await ctx.WriteChunk(env);
+  };
+  OutputEmitFn emit_fn = emit;
+  OutputFinishFn finish_fn = finish;
+  OutputKeepaliveFn keepalive_fn = keepalive;
+  co_await StreamOutput(ctx, sb, info.record.id, out_off, err_off, emit_fn, finish_fn,
+                        keepalive_fn);
+  if (!finished) {
+    std::string end = rpc::EndStream(rpc::ErrorJson("unavailable", "lost the command's output"));
+    co_await ctx.WriteChunk(end);
+  }
+  co_await ctx.EndChunked();
+}
+
+Awaitable<void> StartStream(Ctx& ctx, int64_t pid) {
+  co_await ctx.StartChunked(200, "application/connect+json");
+  std::string start = rpc::Envelope(0, Json{{"event", {{"start", {{"pid", pid}}}}}}.dump());
+  co_await ctx.WriteChunk(start);
+}
+
+// ---------------------------------------------------------------- process.Process
+
+Result<core::CommandRequest> ParseStart(const Json& req) {
+  core::CommandRequest out;
+  const Json* proc = rpc::Field(req, "process");
+  if (!proc || !proc->is_object()) return Fail(Errc::kInvalidArgument, "process is required");
+  const Json* cmd = rpc::Field(*proc, "cmd");
+  if (!cmd || !cmd->is_string() || cmd->get<std::string>().empty())
+    return Fail(Errc::kInvalidArgument, "process.cmd is required");
+  out.argv.push_back(cmd->get<std::string>());
+  if (const Json* args = rpc::Field(*proc, "args")) {
+    if (!args->is_array()) return Fail(Errc::kInvalidArgument, "process.args must be a list");
+    for (const auto& a : *args) {
+      if (!a.is_string()) return Fail(Errc::kInvalidArgument, "process.args must hold strings");
+      out.argv.push_back(a.get<std::string>());
+    }
+  }
+  if (const Json* envs = rpc::Field(*proc, "envs")) {
+    if (!envs->is_object()) return Fail(Errc::kInvalidArgument, "process.envs must be a map");
+    for (const auto& [k, v] : envs->items()) {
+      if (!v.is_string()) return Fail(Errc::kInvalidArgument, "process.envs values must be strings");
+      out.env[k] = v.get<std::string>();
+    }
+  }
+  if (const Json* cwd = rpc::Field(*proc, "cwd")) {
+    if (!cwd->is_string()) return Fail(Errc::kInvalidArgument, "process.cwd must be a string");
+    if (!cwd->get<std::string>().empty()) out.cwd = AbsPath(cwd->get<std::string>());
+  }
+  if (const Json* in = rpc::Field(req, "stdin")) out.stdin = in->is_boolean() && in->get<bool>();
+  if (const Json* pty = rpc::Field(req, "pty")) {
+    const Json* size = rpc::Field(*pty, "size");
+    Json dims = size ? *size : Json::object();
+    auto parsed = ParsePtySize(dims);
+    if (!parsed) return tl::unexpected(parsed.error());
+    out.pty = *parsed;
+  }
+  return out;
+}
+
+Awaitable<void> ProcessStart(Ctx& ctx, const std::string& sb) {
+  core::Platform* p = ctx.platform;
+  auto msg = co_await ReadRequest(ctx, true);
+  if (!msg) co_return;
+  auto req = ParseStart(*msg);
+  if (!req) {
+    co_await ReplyStreamError(ctx, req.error());
+    co_return;
+  }
+  req->user = BasicUser(ctx);
+  std::string deadline = HeaderOr(ctx, "Connect-Timeout-Ms");
+  if (!deadline.empty()) req->timeout_ms = std::strtoll(deadline.c_str(), nullptr, 10);
+  if (req->timeout_ms < 0) req->timeout_ms = 0;
+  auto info = co_await ctx.Blocking([&]() -> Result<core::CommandInfo> {
+    // The SDK runs everything through /bin/bash; images without bash (busybox) get sh.
+    if (req->argv[0] == "/bin/bash" && !p->StatFile(sb, "/bin/bash")) req->argv[0] = "/bin/sh";
+    return p->StartCommand(sb, *req);
+  });
+  if (!info) {
+    co_await ReplyStreamError(ctx, info.error());
+    co_return;
+  }
+  co_await StartStream(ctx, info->record.pid);
+  co_await StreamProcess(ctx, sb, *info, 0, 0);
+}
+
+Awaitable<void> ProcessConnect(Ctx& ctx, const std::string& sb) {
+  core::Platform* p = ctx.platform;
+  auto msg = co_await ReadRequest(ctx, true);
+  if (!msg) co_return;
+  auto pid = SelectedPid(*msg);
+  if (!pid) {
+    co_await ReplyStreamError(ctx, pid.error());
+    co_return;
+  }
+  int64_t want = *pid;
+  auto info = co_await ctx.Blocking([&] { return CommandByPid(p, sb, want); });
+  if (!info) {
+    co_await ReplyStreamError(ctx, info.error());
+    co_return;
+  }
+  co_await StartStream(ctx, info->record.pid);
+  // As envd does, a new connection sees output from now on.
+  co_await StreamProcess(ctx, sb, *info, info->stdout_size, info->stderr_size);
+}
+
+// The unary process.Process methods: each returns its response message.
+Result<Json> ProcessUnary(core::Platform* p, const std::string& sb, const std::string& method,
+                          const Json& req) {
+  if (method == "List") {
+    auto list = p->ListCommands(sb);
+    if (!list) return tl::unexpected(list.error());
+    Json procs = Json::array();
+    for (const auto& c : *list) {
+      if (c.ended()) continue;
+      procs.push_back({{"config", ProcessConfig(c.record)}, {"pid", c.record.pid}});
+    }
+    return Json{{"processes", procs}};
+  }
+  auto pid = SelectedPid(req);
+  if (!pid) return tl::unexpected(pid.error());
+  auto cmd = CommandByPid(p, sb, *pid);
+  if (!cmd) return tl::unexpected(cmd.error());
+  const std::string cid = cmd->record.id;
+  Status st = Ok();
+  if (method == "SendInput") {
+    const Json* input = rpc::Field(req, "input");
+    const Json* data = input ? rpc::Field(*input, "stdin") : nullptr;
+    if (!data && input) data = rpc::Field(*input, "pty");
+    if (!data || !data->is_string()) return Fail(Errc::kInvalidArgument, "input.stdin or input.pty is required");
+    auto bytes = rpc::Base64Decode(data->get<std::string>());
+    if (!bytes) return tl::unexpected(bytes.error());
+    st = p->WriteStdin(sb, cid, *bytes, false);
+  } else if (method == "CloseStdin") {
+    st = p->WriteStdin(sb, cid, "", true);
+  } else if (method == "SendSignal") {
+    const Json* sig = rpc::Field(req, "signal");
+    int n = 0;
+    if (sig && sig->is_number_integer()) n = sig->get<int>();
+    if (sig && sig->is_string()) {
+      std::string name = sig->get<std::string>();
+      n = name == "SIGNAL_SIGKILL" ? SIGKILL : name == "SIGNAL_SIGTERM" ? SIGTERM : 0;
+    }
+    if (n != SIGKILL && n != SIGTERM)
+      return Fail(Errc::kInvalidArgument, "signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM");
+    st = p->Signal(sb, cid, n);
+  } else if (method == "Update") {
+    const Json* pty = rpc::Field(req, "pty");
+    const Json* size = pty ? rpc::Field(*pty, "size") : nullptr;
+    if (!size) return Fail(Errc::kInvalidArgument, "pty.size is required");
+    auto dims = ParsePtySize(*size);
+    if (!dims) return tl::unexpected(dims.error());
+    st = p->ResizeCommand(sb, cid, dims->cols, dims->rows);
+  } else {
+    return Fail(Errc::kNotFound, "no method process.Process/" + method);
+  }
+  if (!st && st.error().code == Errc::kConflict) {
+    // A command that ended between the lookup and the call is gone, as far as E2B knows.
+    auto now = p->GetCommand(sb, cid);
+    if (now && now->ended())
+      return Fail(Errc::kNotFound, "process with pid " + std::to_string(*pid) + " has ended");
+  }
+  if (!st) return tl::unexpected(st.error());
+  return Json::object();
+}
+
+// ---------------------------------------------------------------- filesystem.Filesystem
+
+Result<std::string> PathField(const Json& req, const char* name) {
+  const Json* f = rpc::Field(req, name);
+  if (!f || !f->is_string() || f->get<std::string>().empty())
+    return Fail(Errc::kInvalidArgument, std::string(name) + " is required");
+  return AbsPath(f->get<std::string>());
+}
+
+Result<Json> FilesystemUnary(core::Platform* p, const std::string& sb, const std::string& method,
+                             const Json& req) {
+  if (method == "Move") {
+    auto from = PathField(req, "source");
+    auto to = PathField(req, "destination");
+    if (!from || !to) return tl::unexpected(!from ? from.error() : to.error());
+    SPACE_TRY(p->RenameFile(sb, *from, *to));
+    auto entry = p->StatFile(sb, *to);
+    if (!entry) return tl::unexpected(entry.error());
+    return Json{{"entry", EntryInfo(*entry)}};
+  }
+  auto path = PathField(req, "path");
+  if (!path) return tl::unexpected(path.error());
+  if (method == "Stat") {
+    auto entry = p->StatFile(sb, *path);
+    if (!entry) return tl::unexpected(entry.error());
+    return Json{{"entry", EntryInfo(*entry)}};
+  }
+  if (method == "MakeDir") {
+    // envd: an existing path is already_exists (the SDK's makeDir then returns false).
+    if (p->StatFile(sb, *path)) return Fail(Errc::kConflict, "path already exists: " + *path);
+    SPACE_TRY(p->MakeDir(sb, *path));
+    auto entry = p->StatFile(sb, *path);
+    if (!entry) return tl::unexpected(entry.error());
+    return Json{{"entry", EntryInfo(*entry)}};
+  }
+  if (method == "ListDir") {
+    int64_t depth = 1;
+    if (const Json* d = rpc::Field(req, "depth"); d && d->is_number_integer())
+      depth = d->get<int64_t>();
+    if (depth < 1) depth = 1;
+    auto entries = p->ListFiles(sb, *path, static_cast<int>(std::min<int64_t>(depth, 16)));
+    if (!entries) return tl::unexpected(entries.error());
+    Json out = Json::array();
+    for (const auto& e : *entries) out.push_back(EntryInfo(e));
+    return Json{{"entries", out}};
+  }
+  if (method == "Remove") {
+    SPACE_TRY(p->RemoveFile(sb, *path, /*recursive=*/true));
+    return Json::object();
+  }
+  return Fail(Errc::kNotFound, "no method filesystem.Filesystem/" + method);
+}
+
+// ---------------------------------------------------------------- /files
+
+// GET /files?path=: the file's bytes (streamed in agent-sized chunks).
+Awaitable<void> FilesGet(Ctx& ctx, const std::string& sb) {
+  core::Platform* p = ctx.platform;
+  std::string path = ctx.Query("path");
+  if (path.empty()) {
+    co_await ReplyRestError(ctx, 400, "path is required");
+    co_return;
+  }
+  path = AbsPath(path);
+  bool eof = false;
+  uint64_t size = 0;
+  auto first = co_await ctx.Blocking(
+      [&] { return p->ReadFileChunk(sb, path, 0, core::kFileChunkBytes, &eof, &size); });
+  if (!first) {
+    co_await ReplyRestError(ctx, first.error());
+    co_return;
+  }
+  if (eof) {
+    co_await ctx.ReplyBytes(200, std::move(*first), "application/octet-stream");
+    co_return;
+  }
+  co_await ctx.StartChunked(200, "application/octet-stream");
+  uint64_t off = first->size();
+  co_await ctx.WriteChunk(*first);
+  while (!eof) {
+    auto chunk = co_await ctx.Blocking(
+        [&] { return p->ReadFileChunk(sb, path, off, core::kFileChunkBytes, &eof, &size); });
+    // Mid-stream the status is sent: cutting the body short is the only way to fail.
+    if (!chunk) throw std::runtime_error("read " + path + ": " + chunk.error().message);
+    off += chunk->size();
+    co_await ctx.WriteChunk(*chunk);
+    if (chunk->empty()) break;
+  }
+  co_await ctx.EndChunked();
+}
+
+// Writes one uploaded file piece by piece: truncate on the first piece, then append.
+class FileSink {
+ public:
+  FileSink(core::Platform* platform, std::string sandbox, std::string file)
+      : p(platform), sb(std::move(sandbox)), path(std::move(file)) {}
+  core::Platform* p;
+  std::string sb, path;
+
+  // Buffers bytes, writing every full chunk (one agent round trip each).
+  Status Add(std::string_view bytes) {
+    pending.append(bytes);
+    size_t done = 0;
+    while (pending.size() - done >= core::kFileChunkBytes) {
+      SPACE_TRY(Write(std::string_view(pending).substr(done, core::kFileChunkBytes)));
+      done += core::kFileChunkBytes;
+    }
+    pending.erase(0, done);
+    return Ok();
+  }
+  // Writes what is buffered (an empty file when nothing was written yet).
+  Status Flush() {
+    SPACE_TRY(Write(pending));
+    pending.clear();
+    return Ok();
+  }
+
+ private:
+  Status Write(std::string_view bytes) {
+    SPACE_TRY(p->WriteFileChunk(sb, path, offset, bytes, /*truncate=*/!started, 0644));
+    started = true;
+    offset += bytes.size();
+    return Ok();
+  }
+  uint64_t offset = 0;
+  bool started = false;
+  std::string pending;
+};
+
+Json WriteInfo(const std::string& path) {
+  return {{"name", path.substr(path.rfind('/') + 1)}, {"type", "file"}, {"path", path}};
+}
+
+// An incremental multipart/form-data parser: parts arrive through Feed() in any
+// pieces; each part's name (the filename, or the request's path) and bytes go to the
+// callbacks without holding a whole file in memory.
+class Multipart {
+ public:
+  explicit Multipart(std::string boundary) : delim_("\r\n--" + std::move(boundary)) {}
+  std::function<Status(const std::string& filename)> on_part;
+  std::function<Status(std::string_view bytes)> on_data;
+  std::function<Status()> on_end;
+
+  Status Feed(std::string_view data) {
+    buf_.append(data);
+    for (;;) {
+      if (state_ == kPreamble) {
+        // The first boundary has no leading CRLF: match it with one prepended.
+        std::string probe = "\r\n" + buf_;
+        size_t at = probe.find(delim_);
+        if (at == std::string::npos) {
+          if (buf_.size() > 4096) return Fail(Errc::kInvalidArgument, "multipart: no boundary");
+          return Ok();
+        }
+        buf_.erase(0, at + delim_.size() - 2);
+        state_ = kAfterBoundary;
+      } else if (state_ == kAfterBoundary) {
+        if (buf_.size() < 2) return Ok();
+        if (buf_.compare(0, 2, "--") == 0) {
+          state_ = kDone;
+          return Ok();
+        }
+        size_t eol = buf_.find("\r\n");
+        if (eol == std::string::npos) return buf_.size() > 1024 ? Fail(Errc::kInvalidArgument, "multipart: bad boundary line") : Ok();
+        buf_.erase(0, eol + 2);
+        state_ = kHeaders;
+      } else if (state_ == kHeaders) {
+        size_t end = buf_.find("\r\n\r\n");
+        if (end == std::string::npos) {
+          if (buf_.size() > 16384) return Fail(Errc::kInvalidArgument, "multipart: headers too long");
+          return Ok();
+        }
+        std::string headers = buf_.substr(0, end);
+        buf_.erase(0, end + 4);
+        SPACE_TRY(on_part(Filename(headers)));
+        state_ = kBody;
+      } else if (state_ == kBody) {
+        size_t at = buf_.find(delim_);
+        if (at == std::string::npos) {
+          // Keep what could be the start of a delimiter split across pieces.
+          if (buf_.size() >= delim_.size()) {
+            size_t emit = buf_.size() - (delim_.size() - 1);
+            SPACE_TRY(on_data(std::string_view(buf_).substr(0, emit)));
+            buf_.erase(0, emit);
+          }
+          return Ok();
+        }
+        SPACE_TRY(on_data(std::string_view(buf_).substr(0, at)));
+        SPACE_TRY(on_end());
+        buf_.erase(0, at + delim_.size());
+        state_ = kAfterBoundary;
+      } else {
+        return Ok();  // the epilogue is ignored
+      }
+    }
+  }
+  bool done() const { return state_ == kDone; }
+
+ private:
+  static std::string Filename(const std::string& headers) {
+    // Content-Disposition: form-data; name="file"; filename="/path"
+    size_t at = headers.find("filename=\"");
+    if (at == std::string::npos) return "";
+    at += 10;
+    std::string out;
+    for (size_t i = at; i < headers.size() && headers[i] != '"'; ++i) {
+      if (headers[i] == '\\' && i + 1 < headers.size()) ++i;
+      out.push_back(headers[i]);
+    }
+    return out;
+  }
+
+  enum State { kPreamble, kAfterBoundary, kHeaders, kBody, kDone };
+  State state_ = kPreamble;
+  std::string delim_;
+  std::string buf_;
+};
+
+// POST /files: multipart/form-data (one or more "file" parts) or application/octet-stream
+// (one file at ?path=). Answers [{name, type, path}...].
+Awaitable<void> FilesPost(Ctx& ctx, const std::string& sb) {
+  core::Platform* p = ctx.platform;
+  const int64_t max_bytes = p->config().max_file_bytes;
+  std::string query_path = ctx.Query("path");
+  if (!ctx.Header(http::field::content_encoding).empty()) {
+    co_await ReplyRestError(ctx, 400, "Content-Encoding is not supported; upload uncompressed");
+    co_return;
+  }
+  std::string ct_full = ctx.Header(http::field::content_type);
+  std::string ct = ContentType(ctx);
+  Json written = Json::array();
+  Status st = Ok();
+  if (ct == "multipart/form-data") {
+    size_t b = ct_full.find("boundary=");
+    std::string boundary = b == std::string::npos ? "" : ct_full.substr(b + 9);
+    if (!boundary.empty() && boundary.front() == '"') boundary = boundary.substr(1, boundary.find('"', 1) - 1);
+    if (size_t semi = boundary.find(';'); semi != std::string::npos) boundary.resize(semi);
+    if (boundary.empty()) {
+      co_await ReplyRestError(ctx, 400, "multipart body without a boundary");
+      co_return;
+    }
+    Multipart mp(boundary);
+    std::optional<FileSink> sink;
+    mp.on_part = [&](const std::string& filename) -> Status {
+      std::string path = !query_path.empty() ? query_path : filename;
+      if (path.empty()) return Fail(Errc::kInvalidArgument, "a file part has no path (filename)");
+      sink.emplace(p, sb, AbsPath(path));
+      return Ok();
+    };
+    // The callbacks run inside Feed, on the blocking pool (they talk to the agent).
+    mp.on_data = [&](std::string_view bytes) -> Status { return sink->Add(bytes); };
+    mp.on_end = [&]() -> Status {
+      SPACE_TRY(sink->Flush());
+      written.push_back(WriteInfo(sink->path));
+      sink.reset();
+      return Ok();
+    };
+    std::function<Awaitable<Status>(std::string_view)> feed =
+        [&](std::string_view data) -> Awaitable<Status> {
+      std::string copy(data);
+      co_return co_await ctx.Blocking([&] { return mp.Feed(copy); });
+    };
+    st = co_await ctx.ReadBodyStream(static_cast<size_t>(max_bytes) + (1u << 20), feed);
+    if (st && !mp.done()) st = Fail(Errc::kInvalidArgument, "multipart body ends before its final boundary");
+  } else if (ct == "application/octet-stream") {
+    if (query_path.empty()) {
+      co_await ReplyRestError(ctx, 400, "path is required for an octet-stream upload");
+      co_return;
+    }
+    FileSink sink(p, sb, AbsPath(query_path));
+    std::function<Awaitable<Status>(std::string_view)> feed =
+        [&](std::string_view data) -> Awaitable<Status> {
+      std::string copy(data);
+      co_return co_await ctx.Blocking([&] { return sink.Add(copy); });
+    };
+    st = co_await ctx.ReadBodyStream(static_cast<size_t>(max_bytes), feed);
+    if (st) st = co_await ctx.Blocking([&] { return sink.Flush(); });
+    if (st) written.push_back(WriteInfo(sink.path));
+  } else {
+    co_await ReplyRestError(ctx, 400, "Content-Type must be multipart/form-data or application/octet-stream");
+    co_return;
+  }
+  if (!st) {
+    co_await ReplyRestError(ctx, st.error());
+    co_return;
+  }
+  co_await ctx.Reply(200, written);
+}
+
+}  // namespace
+
+Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sb) {
+  core::Platform* p = ctx.platform;
+  const std::string& path = ctx.path;
+  const bool is_process = StartsWith(path, "/process.Process/");
+  const bool is_fs = StartsWith(path, "/filesystem.Filesystem/");
+  const bool is_rpc = is_process || is_fs;
+  const std::string method = is_rpc ? path.substr(path.find('/', 1) + 1) : "";
+  const bool streaming = method == "Start" || method == "Connect" || method == "WatchDir";
+
+  // envd only exists while its sandbox runs: otherwise answer as E2B's proxy does (502
+  // for REST, unavailable for RPCs), which the SDK reports as a timed-out sandbox.
+  auto rec = co_await ctx.Blocking([&] { return p->GetSandbox(sb); });
+  if (!rec || rec->state != "running") {
+    std::string why = "sandbox " + sb + (rec ? " is " + rec->state : " not found");
+    if (path == "/health" || path == "/files" || !is_rpc) {
+      co_await ReplyRestError(ctx, 502, why);
+    } else if (streaming) {
+      co_await ReplyStreamError(ctx, "unavailable", why);
+    } else {
+      co_await ReplyRpcError(ctx, "unavailable", why);
+    }
+    co_return true;
+  }
+  if (path == "/health" && ctx.method == "GET") {
+    co_await ctx.ReplyBytes(204, "", "application/json");
+    co_return true;
+  }
+  if (path == "/files" && ctx.method == "GET") {
+    co_await FilesGet(ctx, sb);
+    co_return true;
+  }
+  if (path == "/files" && ctx.method == "POST") {
+    co_await FilesPost(ctx, sb);
+    co_return true;
+  }
+  if (!is_rpc) {
+    co_await ReplyRestError(ctx, 404, "no route " + ctx.method + " " + path);
+    co_return true;
+  }
+  if (ctx.method != "POST") {
+    co_await ReplyRpcError(ctx, "unimplemented", "Connect calls are POSTs");
+    co_return true;
+  }
+  if (is_process && method == "Start") {
+    co_await ProcessStart(ctx, sb);
+    co_return true;
+  }
+  if (is_process && method == "Connect") {
+    co_await ProcessConnect(ctx, sb);
+    co_return true;
+  }
+  static const std::set<std::string> kProcessUnary = {"List", "SendInput", "CloseStdin",
+                                                      "SendSignal", "Update"};
+  static const std::set<std::string> kFsUnary = {"Stat", "MakeDir", "Move", "ListDir", "Remove"};
+  if (!(is_process ? kProcessUnary : kFsUnary).count(method)) {
+    // StreamInput (client streaming) and the watchers have no SPACE equivalent yet.
+    std::string msg = path.substr(1) + " is not supported by SPACE";
+    if (streaming) {
+      co_await ReplyStreamError(ctx, "unimplemented", msg);
+    } else {
+      co_await ReplyRpcError(ctx, "unimplemented", msg);
+    }
+    co_return true;
+  }
+  auto msg = co_await ReadRequest(ctx, false);
+  if (!msg) co_return true;
+  Json req = std::move(*msg);
+  auto resp = co_await ctx.Blocking([&] {
+    return is_process ? ProcessUnary(p, sb, method, req) : FilesystemUnary(p, sb, method, req);
+  });
+  if (!resp) {
+    // The one conflict envd names differently: making a directory that exists.
+    if (method == "MakeDir" && resp.error().code == Errc::kConflict) {
+      co_await ReplyRpcError(ctx, "already_exists", resp.error().message);
+    } else {
+      co_await ReplyRpcError(ctx, resp.error());
+    }
+    co_return true;
+  }
+  co_await ctx.Reply(200, *resp);
+  co_return true;
+}
+
+Awaitable<bool> Route(Ctx& ctx) {
+  std::string sb = HeaderOr(ctx, "E2b-Sandbox-Id");
+  if (sb.empty()) co_return co_await RouteControl(ctx);
+  if (!AccessTokenValid(ctx, sb, HeaderOr(ctx, "X-Access-Token"))) {
+    if (StartsWith(ctx.path, "/process.Process/") || StartsWith(ctx.path, "/filesystem.Filesystem/")) {
+      co_await ReplyRpcError(ctx, "unauthenticated", "missing or invalid X-Access-Token");
+    } else {
+      co_await ReplyRestError(ctx, 401, "missing or invalid X-Access-Token");
+    }
+    co_return true;
+  }
+  co_return co_await RouteEnvd(ctx, sb);
+}
+
+}  // namespace space::api::e2b

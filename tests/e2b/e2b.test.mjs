@@ -1,0 +1,423 @@
+// Drives the unmodified E2B JavaScript SDK (package-lock.json pins it) against a real
+// spaced. Configured only by the environment, as an E2B user would:
+//   E2B_API_URL=http://127.0.0.1:PORT E2B_SANDBOX_URL=http://127.0.0.1:PORT E2B_API_KEY=<key>
+// plus SPACE_MAX_FILE_BYTES (spaced's --max-file-bytes) for the oversize-upload check.
+// Run: node --test e2b.test.mjs   (tests/e2b/run_e2b_test.cc does it under ctest)
+import assert from 'node:assert/strict'
+import { after, before, describe, test } from 'node:test'
+
+import {
+  AuthenticationError,
+  CommandExitError,
+  FileNotFoundError,
+  NotFoundError,
+  Sandbox,
+  SandboxError,
+  SandboxNotFoundError,
+  TimeoutError,
+} from 'e2b'
+
+for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
+  if (!process.env[v]) throw new Error(`${v} must be set`)
+}
+const API = process.env.E2B_API_URL
+const MAX_FILE_BYTES = Number(process.env.SPACE_MAX_FILE_BYTES || 0)
+const RUN = `run-${process.pid}-${Date.now()}`
+
+const created = []
+async function create(opts = {}) {
+  const sbx = await Sandbox.create('base', {
+    timeoutMs: 600_000,
+    ...opts,
+    metadata: { suite: RUN, ...(opts.metadata ?? {}) },
+  })
+  created.push(sbx)
+  return sbx
+}
+
+async function waitFor(pred, what, ms = 10_000) {
+  const end = Date.now() + ms
+  while (Date.now() < end) {
+    if (await pred()) return
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  assert.fail(`timed out waiting for ${what}`)
+}
+
+after(async () => {
+  for (const s of created) await s.kill().catch(() => {})
+})
+
+describe('sandbox', () => {
+  let sbx
+  before(async () => {
+    sbx = await create({ metadata: { role: 'main' }, envs: { GREETING: 'hello from envs' } })
+  })
+
+  test('create returns a running sandbox with a SPACE id and the envs applied', async () => {
+    assert.match(sbx.sandboxId, /^sb-/)
+    assert.equal(await sbx.isRunning(), true)
+    const r = await sbx.commands.run('echo "$GREETING"')
+    assert.equal(r.stdout, 'hello from envs\n')
+  })
+
+  test('getInfo reports template, metadata, state and the timeout', async () => {
+    const info = await sbx.getInfo()
+    assert.equal(info.sandboxId, sbx.sandboxId)
+    assert.equal(info.templateId, 'base')
+    assert.equal(info.state, 'running')
+    assert.deepEqual(info.metadata, { suite: RUN, role: 'main' })
+    const left = info.endAt.getTime() - Date.now()
+    assert.ok(left > 500_000 && left <= 601_000, `endAt ${info.endAt.toISOString()}`)
+  })
+
+  test('setTimeout moves the end', async () => {
+    await sbx.setTimeout(1_200_000)
+    const info = await sbx.getInfo()
+    const left = info.endAt.getTime() - Date.now()
+    assert.ok(left > 1_100_000 && left <= 1_201_000, `endAt ${info.endAt.toISOString()}`)
+  })
+
+  test('commands.run in the foreground: stdout, stderr, exit code', async () => {
+    const r = await sbx.commands.run('echo out; echo err >&2; printf "%s" "$0"')
+    assert.equal(r.exitCode, 0)
+    assert.equal(r.stderr, 'err\n')
+    assert.match(r.stdout, /^out\n/)
+    const u = await sbx.commands.run('id -u', { user: 'root', cwd: '/tmp' })
+    assert.equal(u.stdout, '0\n')
+    const pwd = await sbx.commands.run('pwd', { cwd: '/tmp' })
+    assert.equal(pwd.stdout, '/tmp\n')
+  })
+
+  test('a non-zero exit raises CommandExitError with the output', async () => {
+    await assert.rejects(sbx.commands.run('echo partial; echo oops >&2; exit 3'), (e) => {
+      assert.ok(e instanceof CommandExitError, `got ${e}`)
+      assert.equal(e.exitCode, 3)
+      assert.equal(e.stdout, 'partial\n')
+      assert.equal(e.stderr, 'oops\n')
+      return true
+    })
+  })
+
+  test('background commands, callbacks and wait()', async () => {
+    const out = []
+    const err = []
+    const h = await sbx.commands.run('for i in 1 2 3; do echo o$i; echo e$i >&2; sleep 0.05; done', {
+      background: true,
+      onStdout: (d) => out.push(d),
+      onStderr: (d) => err.push(d),
+    })
+    assert.ok(h.pid > 0)
+    const r = await h.wait()
+    assert.equal(r.exitCode, 0)
+    assert.equal(r.stdout, 'o1\no2\no3\n')
+    assert.equal(out.join(''), 'o1\no2\no3\n')
+    assert.equal(err.join(''), 'e1\ne2\ne3\n')
+  })
+
+  test('sendStdin and closeStdin', async () => {
+    const h = await sbx.commands.run('read line; echo "got:$line"; cat', { background: true, stdin: true })
+    await sbx.commands.sendStdin(h.pid, 'typed line\n')
+    await h.sendStdin('more\n')
+    await h.closeStdin()
+    const r = await h.wait()
+    assert.equal(r.stdout, 'got:typed line\nmore\n')
+  })
+
+  test('commands.list and kill', async () => {
+    const h = await sbx.commands.run('sleep 120', { background: true })
+    const list = await sbx.commands.list()
+    const p = list.find((x) => x.pid === h.pid)
+    assert.ok(p, `pid ${h.pid} not in ${JSON.stringify(list)}`)
+    assert.ok(p.args.includes('sleep 120'), JSON.stringify(p))
+    assert.equal(await sbx.commands.kill(h.pid), true)
+    await assert.rejects(h.wait(), (e) => {
+      assert.ok(e instanceof CommandExitError, `got ${e}`)
+      assert.equal(e.exitCode, -1)
+      assert.match(e.error, /killed/)
+      return true
+    })
+    await waitFor(async () => !(await sbx.commands.list()).some((x) => x.pid === h.pid), 'the list to drop it')
+    // A killed process is gone: kill says so, input is refused with the SDK's NotFoundError.
+    assert.equal(await sbx.commands.kill(h.pid), false)
+    await assert.rejects(sbx.commands.sendStdin(h.pid, 'x'), NotFoundError)
+  })
+
+  test('files: write and read text, bytes, several files, octet-stream', async () => {
+    const info = await sbx.files.write('/tmp/e2b/hello.txt', 'hello, files\n')
+    assert.equal(info.path, '/tmp/e2b/hello.txt')
+    assert.equal(info.name, 'hello.txt')
+    assert.equal(await sbx.files.read('/tmp/e2b/hello.txt'), 'hello, files\n')
+
+    const bin = new Uint8Array(256 * 3)
+    for (let i = 0; i < bin.length; i++) bin[i] = (i * 7) % 256
+    await sbx.files.write('/tmp/e2b/bin.dat', bin.buffer)
+    assert.deepEqual(await sbx.files.read('/tmp/e2b/bin.dat', { format: 'bytes' }), bin)
+
+    const many = await sbx.files.write([
+      { path: '/tmp/e2b/many/a.txt', data: 'A' },
+      { path: '/tmp/e2b/many/b.txt', data: new Blob(['BB']) },
+    ])
+    assert.deepEqual(many.map((f) => f.path).sort(), ['/tmp/e2b/many/a.txt', '/tmp/e2b/many/b.txt'])
+    assert.equal(await sbx.files.read('/tmp/e2b/many/a.txt'), 'A')
+    assert.equal(await sbx.files.read('/tmp/e2b/many/b.txt'), 'BB')
+
+    await sbx.files.write('/tmp/e2b/octet.txt', 'via octet-stream', { useOctetStream: true })
+    assert.equal(await sbx.files.read('/tmp/e2b/octet.txt'), 'via octet-stream')
+
+    // Larger than one agent round trip (2 MiB) both ways, and an empty file.
+    const big = new Uint8Array(5 * 1024 * 1024 + 123)
+    for (let i = 0; i < big.length; i++) big[i] = (i * 31 + (i >> 12)) % 251
+    await sbx.files.write('/tmp/e2b/big.dat', big)
+    await sbx.files.write('/tmp/e2b/big2.dat', big, { useOctetStream: true })
+    assert.deepEqual(await sbx.files.read('/tmp/e2b/big.dat', { format: 'bytes' }), big)
+    assert.deepEqual(await sbx.files.read('/tmp/e2b/big2.dat', { format: 'bytes' }), big)
+    await sbx.files.write('/tmp/e2b/empty.txt', '')
+    assert.equal(await sbx.files.read('/tmp/e2b/empty.txt'), '')
+    const sum = await sbx.commands.run('wc -c < /tmp/e2b/big.dat')
+    assert.equal(sum.stdout.trim(), String(big.length))
+  })
+
+  test('files: list, exists, makeDir, rename, remove, getInfo', async () => {
+    assert.equal(await sbx.files.makeDir('/tmp/e2b/dir/sub'), true)
+    assert.equal(await sbx.files.makeDir('/tmp/e2b/dir/sub'), false)
+    await sbx.files.write('/tmp/e2b/dir/f.txt', '12345')
+    const entries = await sbx.files.list('/tmp/e2b/dir')
+    const byName = Object.fromEntries(entries.map((e) => [e.name, e]))
+    assert.deepEqual(Object.keys(byName).sort(), ['f.txt', 'sub'])
+    assert.equal(byName['f.txt'].type, 'file')
+    assert.equal(byName['f.txt'].size, 5)
+    assert.equal(byName['f.txt'].path, '/tmp/e2b/dir/f.txt')
+    assert.equal(byName['f.txt'].permissions, '-rw-r--r--')
+    assert.ok(byName['f.txt'].modifiedTime instanceof Date)
+    assert.equal(byName.sub.type, 'dir')
+    const deep = await sbx.files.list('/tmp/e2b/dir', { depth: 2 })
+    assert.ok(deep.some((e) => e.path === '/tmp/e2b/dir/sub'))
+
+    assert.equal(await sbx.files.exists('/tmp/e2b/dir/f.txt'), true)
+    assert.equal(await sbx.files.exists('/tmp/e2b/dir/nope'), false)
+    const moved = await sbx.files.rename('/tmp/e2b/dir/f.txt', '/tmp/e2b/dir/g.txt')
+    assert.equal(moved.path, '/tmp/e2b/dir/g.txt')
+    assert.equal(await sbx.files.exists('/tmp/e2b/dir/f.txt'), false)
+    assert.equal((await sbx.files.getInfo('/tmp/e2b/dir/g.txt')).size, 5)
+    await sbx.files.remove('/tmp/e2b/dir')
+    assert.equal(await sbx.files.exists('/tmp/e2b/dir'), false)
+    await assert.rejects(sbx.files.read('/tmp/e2b/dir/g.txt'), FileNotFoundError)
+    await assert.rejects(sbx.files.list('/tmp/e2b/no-such-dir'), FileNotFoundError)
+  })
+
+  test('pty: create, type, resize, exit', async () => {
+    let out = ''
+    const dec = new TextDecoder()
+    const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => (out += dec.decode(d)) })
+    assert.ok(term.pid > 0)
+    const type = (s) => sbx.pty.sendInput(term.pid, new TextEncoder().encode(s))
+    await type('echo pty-$((6*7)); stty size\n')
+    await waitFor(() => out.includes('pty-42') && out.includes('24 80'), `pty output, got ${JSON.stringify(out)}`)
+    await sbx.pty.resize(term.pid, { cols: 132, rows: 43 })
+    await type('stty size\n')
+    await waitFor(() => out.includes('43 132'), `the new size, got ${JSON.stringify(out)}`)
+    await type('tty; exit 0\n')
+    const r = await term.wait()
+    assert.equal(r.exitCode, 0)
+    assert.match(out, /\/dev\/pts\//)
+  })
+})
+
+describe('lifecycle and listing', () => {
+  test('Sandbox.list filters by metadata', async () => {
+    const a = await create({ metadata: { role: 'list-a' } })
+    const b = await create({ metadata: { role: 'list-b', 'odd key': 'a&b=c' } })
+    const only = await Sandbox.list({ query: { metadata: { suite: RUN, role: 'list-a' } } }).nextItems()
+    assert.deepEqual(only.map((s) => s.sandboxId), [a.sandboxId])
+    assert.equal(only[0].state, 'running')
+    const odd = await Sandbox.list({ query: { metadata: { 'odd key': 'a&b=c' } } }).nextItems()
+    assert.deepEqual(odd.map((s) => s.sandboxId), [b.sandboxId])
+    const all = await Sandbox.list({ query: { metadata: { suite: RUN } } }).nextItems()
+    for (const s of [a, b]) assert.ok(all.some((x) => x.sandboxId === s.sandboxId))
+    const none = await Sandbox.list({ query: { metadata: { suite: 'no-such-run' } } }).nextItems()
+    assert.deepEqual(none, [])
+  })
+
+  test('pause, then connect resumes', async () => {
+    const sbx = await create({ metadata: { role: 'pause' } })
+    await sbx.files.write('/tmp/state.txt', 'kept')
+    const bg = await sbx.commands.run('sleep 300', { background: true })
+    assert.equal(await sbx.pause(), true)
+    assert.equal((await sbx.getInfo()).state, 'paused')
+    assert.equal(await sbx.isRunning(), false)
+    assert.equal(await sbx.pause(), false, 'pausing a paused sandbox')
+    const paused = await Sandbox.list({ query: { metadata: { suite: RUN, role: 'pause' }, state: ['paused'] } }).nextItems()
+    assert.deepEqual(paused.map((s) => s.sandboxId), [sbx.sandboxId])
+    // While paused, the sandbox's envd is not there (as behind E2B's proxy): a command
+    // finds no sandbox, a file read reports a timed-out one.
+    await assert.rejects(sbx.commands.run('true'), SandboxNotFoundError)
+    await assert.rejects(sbx.files.read('/tmp/state.txt'), TimeoutError)
+
+    const again = await Sandbox.connect(sbx.sandboxId)
+    assert.equal(again.sandboxId, sbx.sandboxId)
+    assert.equal(await again.isRunning(), true)
+    assert.equal((await again.getInfo()).state, 'running')
+    assert.equal(await again.files.read('/tmp/state.txt'), 'kept')
+    assert.ok((await again.commands.list()).some((p) => p.pid === bg.pid), 'the process survived the pause')
+    const r = await again.commands.run('echo resumed')
+    assert.equal(r.stdout, 'resumed\n')
+    await again.commands.kill(bg.pid)
+  })
+
+  test('kill, isRunning and the not-found errors after it', async () => {
+    const sbx = await create({ metadata: { role: 'kill' } })
+    assert.equal(await sbx.kill(), true)
+    assert.equal(await sbx.isRunning(), false)
+    assert.equal(await Sandbox.kill(sbx.sandboxId), false)
+    await assert.rejects(sbx.getInfo(), SandboxNotFoundError)
+    await assert.rejects(Sandbox.connect(sbx.sandboxId), SandboxNotFoundError)
+    await assert.rejects(sbx.commands.run('true'), SandboxNotFoundError)
+    await assert.rejects(sbx.files.read('/etc/passwd'), TimeoutError)
+    await assert.rejects(sbx.files.list('/'), TimeoutError)
+    const listed = await Sandbox.list({ query: { metadata: { suite: RUN, role: 'kill' } } }).nextItems()
+    assert.deepEqual(listed, [])
+  })
+})
+
+describe('bad input', () => {
+  test('unknown template is the SDK not-found status', async () => {
+    await assert.rejects(Sandbox.create('no-such-template-xyz'), (e) => {
+      assert.ok(e instanceof SandboxError, `got ${e}`)
+      assert.equal(e.statusCode, 404)
+      return true
+    })
+  })
+
+  test('unknown sandbox', async () => {
+    await assert.rejects(Sandbox.connect('sb-doesnotexist'), SandboxNotFoundError)
+    await assert.rejects(Sandbox.getInfo('sb-doesnotexist'), SandboxNotFoundError)
+    assert.equal(await Sandbox.kill('sb-doesnotexist'), false)
+  })
+
+  test('a wrong API key is an AuthenticationError', async () => {
+    await assert.rejects(Sandbox.list({ apiKey: 'wrong-key' }).nextItems(), AuthenticationError)
+    await assert.rejects(Sandbox.create('base', { apiKey: 'wrong-key' }), AuthenticationError)
+  })
+
+  describe('against a live sandbox', () => {
+    let sbx
+    before(async () => {
+      sbx = await create({ metadata: { role: 'bad-input' } })
+    })
+
+    test('oversize upload', { skip: !MAX_FILE_BYTES && 'SPACE_MAX_FILE_BYTES not set' }, async () => {
+      const data = new Uint8Array(MAX_FILE_BYTES + 1)
+      for (const opts of [{}, { useOctetStream: true }]) {
+        await assert.rejects(sbx.files.write('/tmp/too-big.bin', data, opts), (e) => {
+          assert.ok(e instanceof SandboxError, `got ${e}`)
+          assert.match(e.message, /413|larger than/)
+          return true
+        })
+      }
+      // The sandbox is unharmed.
+      assert.equal((await sbx.commands.run('echo ok')).stdout, 'ok\n')
+    })
+
+    // Raw requests for what the SDK never sends malformed.
+    const envd = (path, init = {}) =>
+      fetch(new URL(path, process.env.E2B_SANDBOX_URL), {
+        method: 'POST',
+        ...init,
+        headers: {
+          'E2b-Sandbox-Id': sbx.sandboxId,
+          'X-Access-Token': sbx.envdAccessToken,
+          'Connect-Protocol-Version': '1',
+          ...(init.headers ?? {}),
+        },
+      })
+
+    test('malformed Connect envelopes end the stream with invalid_argument', async () => {
+      const good = Buffer.from(JSON.stringify({ process: { cmd: '/bin/echo', args: ['hi'] } }))
+      const frame = (flags, payload, len = payload.length) => {
+        const h = Buffer.alloc(5)
+        h[0] = flags
+        h.writeUInt32BE(len, 1)
+        return Buffer.concat([h, payload])
+      }
+      for (const body of [
+        Buffer.from('{}'), // not enveloped
+        frame(0, good, good.length + 10), // length past the end
+        frame(1, good), // compressed
+        Buffer.concat([frame(0, good), frame(0, good)]), // two messages
+        frame(0, Buffer.from('{not json')),
+      ]) {
+        const res = await envd('/process.Process/Start', {
+          headers: { 'Content-Type': 'application/connect+json' },
+          body,
+        })
+        assert.equal(res.status, 200)
+        assert.equal(res.headers.get('content-type'), 'application/connect+json')
+        const buf = Buffer.from(await res.arrayBuffer())
+        assert.equal(buf[0], 2, 'an end-stream envelope')
+        const end = JSON.parse(buf.subarray(5, 5 + buf.readUInt32BE(1)).toString())
+        assert.equal(end.error.code, 'invalid_argument', JSON.stringify(end))
+      }
+      // The well-formed one works.
+      const res = await envd('/process.Process/Start', {
+        headers: { 'Content-Type': 'application/connect+json' },
+        body: frame(0, good),
+      })
+      const buf = Buffer.from(await res.arrayBuffer())
+      const msgs = []
+      for (let o = 0; o < buf.length; ) {
+        const n = buf.readUInt32BE(o + 1)
+        msgs.push({ flags: buf[o], json: JSON.parse(buf.subarray(o + 5, o + 5 + n).toString()) })
+        o += 5 + n
+      }
+      assert.ok(msgs[0].json.event.start.pid > 0)
+      assert.equal(Buffer.from(msgs[1].json.event.data.stdout, 'base64').toString(), 'hi\n')
+      assert.deepEqual(msgs.at(-1), { flags: 2, json: {} })
+    })
+
+    test('malformed unary requests and auth on envd', async () => {
+      let res = await envd('/filesystem.Filesystem/Stat', {
+        headers: { 'Content-Type': 'application/json' },
+        body: '{"path":',
+      })
+      assert.equal(res.status, 400)
+      assert.equal((await res.json()).code, 'invalid_argument')
+      res = await envd('/filesystem.Filesystem/Stat', {
+        headers: { 'Content-Type': 'application/json', 'X-Access-Token': 'wrong' },
+        body: '{"path":"/"}',
+      })
+      assert.equal(res.status, 401)
+      assert.equal((await res.json()).code, 'unauthenticated')
+      res = await envd('/filesystem.Filesystem/Stat', {
+        headers: { 'Content-Type': 'application/json' },
+        body: '{"path":"/"}',
+      })
+      assert.equal(res.status, 200)
+      assert.equal((await res.json()).entry.type, 'FILE_TYPE_DIRECTORY')
+      res = await envd('/files?path=/etc/hostname', { method: 'GET', headers: { 'X-Access-Token': 'wrong' } })
+      assert.equal(res.status, 401)
+      // Another sandbox's token does not open this one.
+      const other = created.find((s) => s !== sbx && s.envdAccessToken)
+      res = await envd('/filesystem.Filesystem/Stat', {
+        headers: { 'Content-Type': 'application/json', 'X-Access-Token': other.envdAccessToken },
+        body: '{"path":"/"}',
+      })
+      assert.equal(res.status, 401)
+    })
+
+    test('control plane errors carry E2B codes', async () => {
+      const res = await fetch(`${API}/sandboxes/sb-doesnotexist`, { headers: { 'X-API-KEY': process.env.E2B_API_KEY } })
+      assert.equal(res.status, 404)
+      const body = await res.json()
+      assert.equal(body.code, 404)
+      assert.match(body.message, /sb-doesnotexist/)
+      const bad = await fetch(`${API}/v2/sandboxes`, {
+        method: 'POST',
+        headers: { 'X-API-KEY': process.env.E2B_API_KEY, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ templateID: 'base', volumeMounts: [{ name: 'v', path: '/v' }] }),
+      })
+      assert.equal(bad.status, 400)
+      assert.equal((await bad.json()).code, 400)
+    })
+  })
+})
