@@ -177,13 +177,24 @@ Awaitable<bool> RouteCommands(Ctx& ctx) {
         co_await ctx.ReplyError(req.error());
         co_return true;
       }
-      auto info = co_await ctx.Blocking([&] { return p->StartCommand(sb, *req); });
+      store::SandboxRecord sb_rec;  // for the attach token's generation
+      auto info = co_await ctx.Blocking([&]() -> Result<core::CommandInfo> {
+        auto started = p->StartCommand(sb, *req);
+        if (!started) return started;
+        auto rec = p->GetSandbox(sb);
+        if (!rec) return tl::unexpected(rec.error());
+        sb_rec = std::move(*rec);
+        return started;
+      });
       if (!info) {
         co_await ctx.ReplyError(info.error());
         co_return true;
       }
       {
-        Json reply_body = {{"id", info->record.id}, {"command", CommandJson(*info)}};
+        const auto attach = MintToken(ctx, sb_rec, info->record.id, auth::kAttachScopes);
+        Json reply_body = {{"id", info->record.id},
+                           {"command", CommandJson(*info)},
+                           {"attach_token", attach.first}};
         co_await ctx.Reply(201, reply_body);
       }
       co_return true;
