@@ -246,11 +246,16 @@ TEST_F(TokensTest, AttachTokenReachesOnlyItsCommand) {
   EXPECT_EQ((*who)["scopes"], Json({"commands:read", "commands:write"}));
   // Its own command: stdin in, output out, status, signals.
   ASSERT_TRUE(attach.SendStdin(a_->id, a_->command, "through the attach token\n"));
+  // (Earlier tests wrote to this cat too: read on until our line is there.)
   std::string out;
-  for (int i = 0; i < 100 && out.find("attach token") == std::string::npos; ++i) {
-    auto chunk = attach.ReadOutput(a_->id, a_->command, "stdout", 0, 2s);
+  uint64_t offset = 0;
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (out.find("attach token") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    auto chunk = attach.ReadOutput(a_->id, a_->command, "stdout", offset, 2s);
     ASSERT_TRUE(chunk) << chunk.error().message;
-    out = chunk->bytes;
+    out += chunk->bytes;
+    offset = chunk->next_offset;
   }
   EXPECT_NE(out.find("through the attach token"), std::string::npos) << out;
   EXPECT_TRUE(attach.GetCommand(a_->id, a_->command));
