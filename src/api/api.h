@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "auth/auth.h"
 #include "common/common.h"
 #include "core/core.h"
 
@@ -18,7 +19,13 @@ namespace space::api {
 struct ServerOptions {
   std::string address = "127.0.0.1";
   uint16_t port = 7070;             // 0 = pick a free port
-  std::string api_key;              // required on every route but /healthz
+  // Credentials (docs/security.md, "Tokens and access"): operator keys live in the
+  // platform; sandbox and attach tokens are signed with these keys. Null = a fresh,
+  // in-memory key set (tokens then die with the server).
+  std::shared_ptr<const auth::SigningKeys> signing_keys;
+  bool no_auth = false;             // every request acts as the operator (loopback only)
+  int64_t token_ttl_s = 24 * 3600;  // sandbox and attach tokens, unless asked otherwise
+  int64_t max_token_ttl_s = 30 * 24 * 3600;
   int io_threads = 2;
   int blocking_threads = 16;
   size_t max_json_body = 1 << 20;

@@ -37,6 +37,16 @@ using tcp = asio::ip::tcp;
 template <class T>
 using Awaitable = asio::awaitable<T>;
 
+// Who sent a request: set by the server before any route runs (api/access.cc).
+struct Principal {
+  enum class Kind { kNone, kOperator, kToken };
+  Kind kind = Kind::kNone;
+  std::string key_name;   // kOperator: the API key's name ("no-auth" under --no-auth)
+  auth::Claims claims;    // kToken: the verified claims
+  bool is_operator() const { return kind == Kind::kOperator; }
+  bool is_token() const { return kind == Kind::kToken; }
+};
+
 struct Ctx {
   core::Platform* platform;
   asio::thread_pool* pool;
@@ -50,11 +60,13 @@ struct Ctx {
   std::multimap<std::string, std::string> query;
   bool keep_alive = true;
   bool body_consumed = false;
+  Principal principal;
 
   const http::request<http::empty_body>& req() const { return parser->get(); }
   std::string Query(const std::string& key, const std::string& def = "") const;
   std::vector<std::string> QueryAll(const std::string& key) const;
   std::string Header(http::field f) const;
+  std::string Header(std::string_view name) const;
 
   // Reads the whole body, up to `limit` bytes (413 beyond).
   Awaitable<Result<std::string>> ReadBody(size_t limit);
@@ -162,10 +174,33 @@ std::string PercentDecode(std::string_view s);
 // Parses ?wait=30s (capped at 5 minutes); 0 if absent; -1 if malformed.
 int64_t WaitMillis(const Ctx& ctx);
 
+// ---- access control (access.cc) ----
+// Authenticates the request (operator key or token, 401 otherwise), then checks it against
+// the route table kAccessRules: 403 when the caller's scope does not cover the route.
+// Sets ctx.principal. Returns false when it has already replied (the request is done).
+// Every request but /healthz goes through this once, before routing.
+Awaitable<bool> Authorize(Ctx& ctx);
+// For routes that find their sandbox or command only while running (e.g. a sandbox id
+// in a request body): true if the caller may use `any_of` scopes on that sandbox
+// (and command, for command-bound tokens). Operators always may. Pure; replies nothing.
+bool MayAccess(const Principal& who, auth::Scopes any_of, const std::string& sandbox_id,
+               const std::string& command_id = "");
+// As MayAccess, but replies 403 itself when not; returns false then.
+Awaitable<bool> RequireAccess(Ctx& ctx, auth::Scopes any_of, const std::string& sandbox_id,
+                              const std::string& command_id = "");
+// Mints a token for sandbox `sb` (generation = its created_ms): bound to `command_id` when
+// non-empty, carrying `scopes`, valid for ttl_s (<= 0: the default) but never beyond the
+// caller's own token. Returns {token, expires_s}.
+std::pair<std::string, int64_t> MintToken(const Ctx& ctx, const store::SandboxRecord& sb,
+                                          const std::string& command_id, auth::Scopes scopes,
+                                          int64_t ttl_s = 0);
+
 // Route groups (routes_*.cc). Each returns true if it handled the request.
 Awaitable<bool> RouteSandboxes(Ctx& ctx);
 Awaitable<bool> RouteCommands(Ctx& ctx);
 Awaitable<bool> RouteFiles(Ctx& ctx);
 Awaitable<bool> RouteTemplates(Ctx& ctx);
+// /v1/keys, /v1/sandboxes/{id}/tokens, /v1/whoami (routes_access.cc).
+Awaitable<bool> RouteAccess(Ctx& ctx);
 
 }  // namespace space::api

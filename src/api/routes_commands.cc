@@ -230,22 +230,34 @@ Awaitable<bool> RouteCommands(Ctx& ctx) {
         co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "stream must be mux"});
         co_return true;
       }
-      auto info = co_await ctx.Blocking([&] { return p->StartCommand(sb, *req); });
+      store::SandboxRecord sb_rec;  // for the attach token's generation
+      auto info = co_await ctx.Blocking([&]() -> Result<core::CommandInfo> {
+        auto started = p->StartCommand(sb, *req);
+        if (!started) return started;
+        auto rec = p->GetSandbox(sb);
+        if (!rec) return tl::unexpected(rec.error());
+        sb_rec = std::move(*rec);
+        return started;
+      });
       if (!info) {
         co_await ctx.ReplyError(info.error());
         co_return true;
       }
+      const auto attach = MintToken(ctx, sb_rec, info->record.id, auth::kAttachScopes);
       if (ctx.Query("stream") == "mux") {
         // Start and stream in one request: the response is the mux stream of the new
-        // command (its id in a header), saving a round trip for run-and-wait clients.
+        // command (its id and attach token in headers), saving a round trip for
+        // run-and-wait clients.
         std::vector<std::pair<std::string, std::string>> headers = {
-            {"Space-Command-Id", info->record.id}};
+            {"Space-Command-Id", info->record.id}, {"Space-Attach-Token", attach.first}};
         co_await ctx.StartChunked(201, "application/vnd.space.mux", headers);
         co_await StreamMux(ctx, sb, info->record.id, 0, 0);
         co_return true;
       }
       {
-        Json reply_body = {{"id", info->record.id}, {"command", CommandJson(*info)}};
+        Json reply_body = {{"id", info->record.id},
+                           {"command", CommandJson(*info)},
+                           {"attach_token", attach.first}};
         co_await ctx.Reply(201, reply_body);
       }
       co_return true;

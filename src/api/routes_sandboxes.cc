@@ -132,6 +132,10 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
       // (No structured bindings here: g++ 12 destroys them twice inside coroutines.)
       store::OperationRecord op = created->first;
       store::SandboxRecord sb = created->second;
+      // The sandbox's own token: every sandbox scope, for handing to whoever uses it.
+      const auto token = MintToken(ctx, sb, "", auth::kAllSandboxScopes);
+      const Json token_fields = {{"token", token.first},
+                                 {"token_expires_at", FormatRfc3339(token.second * 1000)}};
       if (wait_ms > 0) {
         auto done = co_await AwaitOperation(ctx, op.id, wait_ms);
         if (done) op = *done;
@@ -144,6 +148,7 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
         if (op.state == "succeeded") {
           {
             Json reply_body = {{"operation", OperationJson(op)}, {"sandbox", SandboxJson(sb)}};
+            reply_body.update(token_fields);
             co_await ctx.Reply(201, reply_body);
           }
           co_return true;
@@ -151,6 +156,7 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
       }
       {
         Json reply_body = {{"operation", OperationJson(op)}, {"sandbox", SandboxJson(sb)}};
+        reply_body.update(token_fields);
         co_await ctx.Reply(202, reply_body);
       }
       co_return true;

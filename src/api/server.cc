@@ -1,4 +1,3 @@
-#include <sodium.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -40,16 +39,6 @@ void ParseTarget(std::string_view target, Ctx& ctx) {
   }
 }
 
-bool Authorized(const Ctx& ctx) {
-  std::string auth = ctx.Header(http::field::authorization);
-  const std::string prefix = "Bearer ";
-  if (auth.size() <= prefix.size() || auth.compare(0, prefix.size(), prefix) != 0) return false;
-  std::string_view token = std::string_view(auth).substr(prefix.size());
-  const std::string& key = ctx.opts->api_key;
-  if (key.empty() || token.size() != key.size()) return false;
-  return sodium_memcmp(token.data(), key.data(), key.size()) == 0;
-}
-
 }  // namespace
 
 std::string PercentDecode(std::string_view s) {
@@ -85,6 +74,11 @@ std::vector<std::string> Ctx::QueryAll(const std::string& key) const {
 
 std::string Ctx::Header(http::field f) const {
   auto it = req().find(f);
+  return it == req().end() ? "" : std::string(it->value());
+}
+
+std::string Ctx::Header(std::string_view name) const {
+  auto it = req().find(beast::string_view(name.data(), name.size()));
   return it == req().end() ? "" : std::string(it->value());
 }
 
@@ -397,18 +391,12 @@ Awaitable<void> Server::Impl::Dispatch(Ctx& ctx) {
   }
   // The E2B-compatible surface authenticates its own way (X-API-KEY, X-Access-Token).
   if (co_await e2b::Route(ctx)) co_return;
-  if (!Authorized(ctx)) {
-    Json body = ErrorBody(Error{Errc::kUnauthenticated, 0,
-                                "missing or invalid API key (Authorization: Bearer KEY)"});
-    std::vector<std::pair<std::string, std::string>> headers;
-    headers.emplace_back("WWW-Authenticate", "Bearer");
-    co_await ctx.Reply(401, body, headers);
-    co_return;
-  }
+  if (!co_await Authorize(ctx)) co_return;
   if (ctx.segments.empty() || ctx.segments[0] != "v1") {
     co_await ctx.ReplyError(Error{Errc::kNotFound, 0, "no route " + ctx.method + " " + ctx.path});
     co_return;
   }
+  if (co_await RouteAccess(ctx)) co_return;
   if (co_await RouteCommands(ctx)) co_return;
   if (co_await RouteFiles(ctx)) co_return;
   if (co_await RouteSandboxes(ctx)) co_return;
@@ -427,7 +415,9 @@ Server::~Server() {
 }
 
 Result<std::unique_ptr<Server>> Server::Start(core::Platform* platform, ServerOptions opts) {
-  if (sodium_init() < 0) return Fail(Errc::kInternal, "libsodium init failed");
+  if (!opts.signing_keys) {
+    opts.signing_keys = std::make_shared<const auth::SigningKeys>(auth::SigningKeys::Generate());
+  }
   auto impl = std::make_unique<Impl>(platform, std::move(opts));
   beast::error_code ec;
   auto addr = asio::ip::make_address(impl->opts.address, ec);

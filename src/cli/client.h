@@ -305,6 +305,17 @@ class Client {
   Result<Json> ListOperations(std::string_view state = {}, int limit = -1);  // newest first
   Result<Json> ListTemplates();
 
+  // ---- Access: operator keys and tokens (client_access.cc) ----
+  // POST /v1/keys {"name"}: returns {"id","name","hint","created_at","key"}; "key" is shown
+  // only here. Operator keys only.
+  Result<Json> CreateKey(std::string_view name);
+  Result<Json> ListKeys();                              // array of {"id","name","hint",…}
+  Result<Json> DeleteKey(std::string_view id_or_name);  // the revoked key's record
+  // POST /v1/sandboxes/{id}/tokens with {"scopes":[…],"ttl_s":N,"command_id":…} (all
+  // optional): {"token","sandbox_id","scopes","expires_at"[,"command_id"]}.
+  Result<Json> MintToken(std::string_view sandbox_id, const Json& body = Json::object());
+  Result<Json> WhoAmI();                                // GET /v1/whoami
+
   // ---- Helpers ----
   // Percent-encodes a query component (keeps unreserved characters, '/' and ':').
   static std::string QueryEscape(std::string_view s);

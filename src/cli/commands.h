@@ -69,5 +69,7 @@ void AddLifecycleCommands(CLI::App& app, Context& ctx);
 void AddSnapshotCommands(CLI::App& app, Context& ctx);
 // template build, template import
 void AddTemplateCommands(CLI::App& app, Context& ctx);
+// keys create|ls|rm, token
+void AddKeyCommands(CLI::App& app, Context& ctx);
 
 }  // namespace space::cli

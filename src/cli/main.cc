@@ -95,6 +95,7 @@ int main(int argc, char** argv) {
   AddLifecycleCommands(app, ctx);
   AddSnapshotCommands(app, ctx);
   AddTemplateCommands(app, ctx);
+  AddKeyCommands(app, ctx);
   // Global options are accepted after the subcommand too (`space ls --json`).
   for (CLI::App* sub : app.get_subcommands({})) sub->fallthrough();
 

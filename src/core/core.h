@@ -221,6 +221,28 @@ class Platform {
   [[nodiscard]] Status RenameFile(const std::string& sandbox_id, const std::string& from,
                                   const std::string& to);
 
+  // Operator API keys (access.cc). The platform keeps every key's hash in memory as well
+  // as in the store, so FindApiKey never waits on the database. Keys are shown once:
+  // CreateApiKey returns the key itself, nothing else ever does.
+  struct CreatedApiKey {
+    store::ApiKeyRecord record;
+    std::string key;
+  };
+  // kInvalidArgument for a bad name ([A-Za-z0-9._-]{1,64}, not starting with "key-"),
+  // kConflict when the name is taken.
+  [[nodiscard]] Result<CreatedApiKey> CreateApiKey(const std::string& name);
+  [[nodiscard]] Result<std::vector<store::ApiKeyRecord>> ListApiKeys();
+  // Revokes the key with this id or name; returns it. kNotFound; kConflict when it is the
+  // last key (spaced would be unreachable until its bootstrap key is regenerated).
+  [[nodiscard]] Result<store::ApiKeyRecord> DeleteApiKey(const std::string& id_or_name);
+  // Makes `key` (the bootstrap key file's content) an operator key named `name`, unless
+  // this very key was imported before and has since been revoked — a revocation sticks
+  // (returns kPermissionDenied then). A changed file replaces the key of that name.
+  [[nodiscard]] Status ImportApiKey(const std::string& name, const std::string& key);
+  // The key record whose hash matches `key`; nullopt if none. Thread-safe, never blocks on
+  // the store (after the first call, which loads the keys).
+  std::optional<store::ApiKeyRecord> FindApiKey(std::string_view key);
+
   // Implementation types (defined in core's .cc files).
   struct Sandbox;
   struct Impl;

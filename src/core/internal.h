@@ -58,6 +58,12 @@ struct Platform::Impl {
   std::mutex mu;  // guards sandboxes
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes;
 
+  // Operator API keys by hash (access.cc); loaded from the store on first use.
+  std::mutex keys_mu;
+  bool keys_loaded = false;
+  std::map<std::string, store::ApiKeyRecord> keys_by_hash;
+  Status LoadKeysLocked();  // caller holds keys_mu
+
   // Operation workers.
   std::mutex q_mu;
   std::condition_variable q_cv;

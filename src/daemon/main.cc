@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "api/api.h"
+#include "auth/auth.h"
 #include "core/core.h"
 #include "runtime/oci/oci.h"
 #include "storage/storage.h"
@@ -35,6 +36,38 @@ Result<std::string> LoadOrCreateApiKey(const std::string& data_dir) {
   return key;
 }
 
+// The token signing keys, DATA_DIR/token-keys (mode 0600), created on first start.
+// --rotate-token-key adds a key that signs from now on; --drop-token-key retires one (its
+// tokens stop verifying). Both rewrite the file before spaced serves.
+Result<auth::SigningKeys> LoadSigningKeys(const std::string& data_dir, bool rotate,
+                                          const std::vector<std::string>& drop) {
+  std::string path = data_dir + "/token-keys";
+  auth::SigningKeys keys;
+  bool changed = false;
+  if (sys::Exists(path)) {
+    auto text = sys::ReadFile(path);
+    if (!text) return tl::unexpected(text.error());
+    auto parsed = auth::SigningKeys::Parse(*text);
+    if (!parsed) return tl::unexpected(parsed.error().Wrap(path));
+    keys = std::move(*parsed);
+  } else {
+    keys = auth::SigningKeys::Generate();
+    changed = true;
+  }
+  if (rotate) {
+    std::string id = keys.Rotate();
+    spdlog::info("token signing key rotated: {} signs from now on", id);
+    changed = true;
+  }
+  for (const auto& id : drop) {
+    SPACE_TRY_WRAP(keys.Drop(id), "--drop-token-key");
+    spdlog::info("token signing key {} dropped: its tokens no longer verify", id);
+    changed = true;
+  }
+  if (changed) SPACE_TRY(sys::WriteFileAtomic(path, keys.Serialize(), 0600));
+  return keys;
+}
+
 int Fatal(const std::string& what, const Error& e) {
   spdlog::critical("{}: {}", what, e.message);
   std::fprintf(stderr, "spaced: %s: %s\n", what.c_str(), e.message.c_str());
@@ -58,6 +91,9 @@ int main(int argc, char** argv) {
   std::string crash_point;
   int max_inflight = 1024;
   int max_creating = 32;
+  bool no_auth = false, behind_tls_proxy = false, rotate_token_key = false;
+  std::vector<std::string> drop_token_keys;
+  int64_t token_ttl_s = 24 * 3600;
   app.add_option("--listen", listen, "address:port to serve the API on")->capture_default_str();
   app.add_option("--data-dir", data_dir, "where state, templates and sandboxes live")
       ->capture_default_str();
@@ -80,6 +116,18 @@ int main(int argc, char** argv) {
   app.add_option("--crash-at", crash_point)->group("");
   app.add_option("--warm-pool", warm_pools,
                  "keep N started sandboxes of a template ready: TEMPLATE=N (repeatable)");
+  app.add_flag("--no-auth", no_auth,
+               "serve without authentication: every request acts as the operator "
+               "(refused on non-loopback addresses)");
+  app.add_flag("--behind-tls-proxy", behind_tls_proxy,
+               "a TLS-terminating proxy fronts spaced (silences the plain-HTTP warning)");
+  app.add_flag("--rotate-token-key", rotate_token_key,
+               "add a new token signing key at start-up; older keys still verify");
+  app.add_option("--drop-token-key", drop_token_keys,
+                 "retire a token signing key by id at start-up (repeatable); its tokens die");
+  app.add_option("--token-ttl", token_ttl_s, "lifetime of sandbox and attach tokens, seconds")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{30} * 24 * 3600));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -93,6 +141,12 @@ int main(int argc, char** argv) {
   int port = std::atoi(listen.c_str() + colon + 1);
   if (port < 0 || port > 65535) return Fatal("--listen", Error{Errc::kInvalidArgument, 0, "bad port"});
   if (address.size() > 2 && address.front() == '[') address = address.substr(1, address.size() - 2);
+  auto policy = auth::CheckListenPolicy(address, no_auth, behind_tls_proxy);
+  if (!policy) return Fatal("--listen", policy.error());
+  for (const auto& w : *policy) {
+    spdlog::warn("{}", w);
+    std::fprintf(stderr, "spaced: WARNING: %s\n", w.c_str());
+  }
 
   // Block the stop signals before any thread starts, so sigwait() below gets them.
   sigset_t stop;
@@ -128,6 +182,8 @@ int main(int argc, char** argv) {
 
   auto key = LoadOrCreateApiKey(data_dir);
   if (!key) return Fatal("api key", key.error());
+  auto signing = LoadSigningKeys(data_dir, rotate_token_key, drop_token_keys);
+  if (!signing) return Fatal("token signing keys", signing.error());
   auto store = store::Store::Open(data_dir + "/space.db");
   if (!store) return Fatal("open database", store.error());
   auto storage = storage::Driver::Open(data_dir, storage_kind);
@@ -161,6 +217,11 @@ int main(int argc, char** argv) {
   auto platform = core::Platform::Create(config, std::move(*store), std::move(*storage),
                                          std::move(runtimes));
   if (!platform) return Fatal("start", platform.error());
+  // The key file is the first operator key, named "default" (docs/security.md).
+  if (auto st = (*platform)->ImportApiKey("default", *key); !st) {
+    if (st.error().code != Errc::kPermissionDenied) return Fatal("api key", st.error());
+    spdlog::warn("{}/api-key: {}", data_dir, st.error().message);
+  }
   if (auto st = (*platform)->EnsureBaseTemplate(busybox); !st) return Fatal("base template", st.error());
   if (auto st = (*platform)->Recover(); !st) return Fatal("recovery", st.error());
   (*platform)->FillPools();
@@ -168,8 +229,10 @@ int main(int argc, char** argv) {
   api::ServerOptions sopts;
   sopts.address = address;
   sopts.port = static_cast<uint16_t>(port);
-  sopts.api_key = *key;
   sopts.max_inflight = max_inflight;
+  sopts.signing_keys = std::make_shared<const auth::SigningKeys>(std::move(*signing));
+  sopts.no_auth = no_auth;
+  sopts.token_ttl_s = token_ttl_s;
   auto server = api::Server::Start(platform->get(), sopts);
   if (!server) return Fatal("listen", server.error());
   std::string host = address.find(':') != std::string::npos ? "[" + address + "]" : address;

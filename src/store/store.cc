@@ -99,6 +99,16 @@ CREATE TABLE snapshots (
 ) STRICT;
 CREATE INDEX snapshots_sandbox ON snapshots (sandbox_id, created_ms);
 )sql",
+    // 3: operator API keys (hashes only; see auth::HashApiKey).
+    R"sql(
+CREATE TABLE api_keys (
+  id         TEXT PRIMARY KEY NOT NULL,
+  name       TEXT NOT NULL UNIQUE,
+  hash       TEXT NOT NULL UNIQUE,
+  hint       TEXT NOT NULL,
+  created_ms INTEGER NOT NULL
+) STRICT;
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -813,6 +823,40 @@ Status Store::DeleteSnapshot(const std::string& id) {
   std::lock_guard lock(mu_);
   Stmt st(db_, "delete snapshot " + id);
   STORE_PREPARE(st, "DELETE FROM snapshots WHERE id = ?1");
+  STORE_BIND(st, 1, id);
+  return st.Exec();
+}
+
+// ---- operator API keys ----
+
+Status Store::PutApiKey(const ApiKeyRecord& r) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "put api key " + r.name);
+  STORE_PREPARE(st,
+                "INSERT INTO api_keys (id, name, hash, hint, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)"
+                " ON CONFLICT (id) DO UPDATE SET name = excluded.name, hash = excluded.hash,"
+                " hint = excluded.hint, created_ms = excluded.created_ms");
+  STORE_BIND(st, 1, r.id);
+  STORE_BIND(st, 2, r.name);
+  STORE_BIND(st, 3, r.hash);
+  STORE_BIND(st, 4, r.hint);
+  STORE_BIND(st, 5, r.created_ms);
+  return st.Exec();
+}
+
+Result<std::vector<ApiKeyRecord>> Store::ListApiKeys() {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "list api keys");
+  STORE_PREPARE(st, "SELECT id, name, hash, hint, created_ms FROM api_keys ORDER BY created_ms, id");
+  return ReadAll<ApiKeyRecord>(st, [](const Stmt& s) -> Result<ApiKeyRecord> {
+    return ApiKeyRecord{s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Int(4)};
+  });
+}
+
+Status Store::DeleteApiKey(const std::string& id) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "delete api key " + id);
+  STORE_PREPARE(st, "DELETE FROM api_keys WHERE id = ?1");
   STORE_BIND(st, 1, id);
   return st.Exec();
 }

@@ -86,6 +86,15 @@ struct SnapshotRecord {
   int64_t created_ms = 0;
 };
 
+// An operator API key. Only its hash is stored; the key itself is shown once, at creation.
+struct ApiKeyRecord {
+  std::string id;                // "key-..."
+  std::string name;              // unique, [A-Za-z0-9._-]{1,64}
+  std::string hash;              // auth::HashApiKey(key), unique
+  std::string hint;              // the key's first characters, for listings
+  int64_t created_ms = 0;
+};
+
 class Store {
  public:
   // Opens (creating if needed) the database at `path` and applies migrations.
@@ -125,6 +134,12 @@ class Store {
   // Oldest first; all snapshots when sandbox_id is empty.
   [[nodiscard]] Result<std::vector<SnapshotRecord>> ListSnapshots(const std::string& sandbox_id = "");
   [[nodiscard]] Status DeleteSnapshot(const std::string& id);       // ok if missing
+
+  // Operator API keys. Put is insert-or-update by id; kConflict when another key has the
+  // same name or hash. Lists are oldest first.
+  [[nodiscard]] Status PutApiKey(const ApiKeyRecord& r);
+  [[nodiscard]] Result<std::vector<ApiKeyRecord>> ListApiKeys();
+  [[nodiscard]] Status DeleteApiKey(const std::string& id);        // ok if missing
 
   [[nodiscard]] Result<std::optional<std::string>> GetSetting(const std::string& key);
   [[nodiscard]] Status PutSetting(const std::string& key, const std::string& value);

@@ -631,7 +631,7 @@ TEST_F(StoreTest, SchemaVersionAndNewerSchemaRefused) {
   sqlite3_stmt* st = nullptr;
   ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, nullptr), SQLITE_OK);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), 2);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 3);
   sqlite3_finalize(st);
   ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr), SQLITE_OK);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
@@ -643,8 +643,44 @@ TEST_F(StoreTest, SchemaVersionAndNewerSchemaRefused) {
   auto s = Store::Open(path_);
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().message.find("newer"), std::string::npos) << s.error().message;
+  RawExec(path_, "PRAGMA user_version = 3");
+  Reopen();
+}
+
+TEST_F(StoreTest, ApiKeysAreStoredByHashWithUniqueNames) {
+  ApiKeyRecord a{"key-a", "default", std::string(64, 'a'), "sk-aaaaaa", 10};
+  ApiKeyRecord b{"key-b", "ci", std::string(64, 'b'), "sk-bbbbbb", 20};
+  ASSERT_TRUE(store_->PutApiKey(a));
+  ASSERT_TRUE(store_->PutApiKey(b));
+  ApiKeyRecord same_name{"key-c", "ci", std::string(64, 'c'), "sk-cccccc", 30};
+  EXPECT_EQ(store_->PutApiKey(same_name).error().code, Errc::kConflict);
+  ApiKeyRecord same_hash{"key-d", "other", std::string(64, 'a'), "sk-aaaaaa", 40};
+  EXPECT_EQ(store_->PutApiKey(same_hash).error().code, Errc::kConflict);
+  a.hash = std::string(64, 'e');  // an update by id (the bootstrap key file changed)
+  ASSERT_TRUE(store_->PutApiKey(a));
+  Reopen();
+  auto list = store_->ListApiKeys();
+  ASSERT_TRUE(list) << list.error().message;
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].name, "default");
+  EXPECT_EQ((*list)[0].hash, std::string(64, 'e'));
+  EXPECT_EQ((*list)[0].hint, "sk-aaaaaa");
+  EXPECT_EQ((*list)[1].id, "key-b");
+  EXPECT_EQ((*list)[1].created_ms, 20);
+  ASSERT_TRUE(store_->DeleteApiKey("key-b"));
+  ASSERT_TRUE(store_->DeleteApiKey("key-b"));  // missing is fine
+  EXPECT_EQ(store_->ListApiKeys()->size(), 1u);
+}
+
+TEST_F(StoreTest, MigrationThreeAddsApiKeysToAVersionTwoDatabase) {
+  ASSERT_TRUE(store_->PutSetting("kept", "yes"));
+  store_.reset();
+  RawExec(path_, "DROP TABLE api_keys");
   RawExec(path_, "PRAGMA user_version = 2");
   Reopen();
+  EXPECT_EQ(store_->GetSetting("kept")->value_or(""), "yes");
+  ASSERT_TRUE(store_->PutApiKey({"key-a", "default", std::string(64, 'a'), "sk-a", 1}));
+  EXPECT_EQ(store_->ListApiKeys()->size(), 1u);
 }
 
 TEST_F(StoreTest, MigrationsCreateExpectedIndexes) {

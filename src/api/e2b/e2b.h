@@ -31,14 +31,12 @@ Awaitable<bool> Route(Ctx& ctx);
 Awaitable<bool> RouteControl(Ctx& ctx);
 Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sandbox_id);
 
-// The per-sandbox secret returned as `envdAccessToken` and checked on every envd request.
-// The ONE place that mints and checks it: a keyed BLAKE2b of the sandbox id under the
-// operator key (so it needs no storage and dies with the key). To be replaced by SPACE's
-// scoped sandbox tokens (src/auth) once they exist.
-std::string AccessToken(const Ctx& ctx, const std::string& sandbox_id);
+// The `envdAccessToken` of a sandbox, checked on every envd request: SPACE's sandbox token
+// with every sandbox scope (expires; revoked when the sandbox is deleted).
+std::string AccessToken(const Ctx& ctx, const store::SandboxRecord& sb);
 bool AccessTokenValid(const Ctx& ctx, const std::string& sandbox_id, std::string_view token);
 
-// Whether X-API-KEY holds the operator key.
+// Whether X-API-KEY holds an operator API key.
 bool ApiKeyValid(const Ctx& ctx);
 
 // An http header by name ("" when absent).

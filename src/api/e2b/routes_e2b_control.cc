@@ -74,7 +74,7 @@ Json Created(const Ctx& ctx, const store::SandboxRecord& r) {
           {"alias", TemplateId(r.template_ref)},
           {"clientID", "space"},
           {"envdVersion", kEnvdVersion},
-          {"envdAccessToken", AccessToken(ctx, r.id)},
+          {"envdAccessToken", AccessToken(ctx, r)},
           {"trafficAccessToken", nullptr},
           {"domain", nullptr}};
 }
@@ -380,7 +380,7 @@ Awaitable<bool> RouteControl(Ctx& ctx) {
       co_return true;
     }
     Json detail = Listed(*rec);
-    detail["envdAccessToken"] = AccessToken(ctx, id);
+    detail["envdAccessToken"] = AccessToken(ctx, *rec);
     detail["domain"] = nullptr;
     detail["allowInternetAccess"] = JsonBoolOr(rec->spec, "network", false);
     detail["lifecycle"] = {
@@ -416,31 +416,28 @@ Awaitable<bool> RouteControl(Ctx& ctx) {
 // ---------------------------------------------------------------- shared
 
 bool ApiKeyValid(const Ctx& ctx) {
+  if (ctx.opts->no_auth) return true;
   std::string key = HeaderOr(ctx, "X-API-KEY");
-  const std::string& want = ctx.opts->api_key;
-  if (want.empty() || key.size() != want.size()) return false;
-  return sodium_memcmp(key.data(), want.data(), want.size()) == 0;
+  return !key.empty() && ctx.platform->FindApiKey(key).has_value();
 }
 
-std::string AccessToken(const Ctx& ctx, const std::string& sandbox_id) {
-  const std::string& key = ctx.opts->api_key;
-  unsigned char mac[32];
-  const std::string msg = "e2b-envd-access:" + sandbox_id;
-  // The key may be longer than BLAKE2b's 64-byte key: hash it down first.
-  unsigned char k[crypto_generichash_KEYBYTES];
-  crypto_generichash(k, sizeof k, reinterpret_cast<const unsigned char*>(key.data()), key.size(),
-                     nullptr, 0);
-  crypto_generichash(mac, sizeof mac, reinterpret_cast<const unsigned char*>(msg.data()),
-                     msg.size(), k, sizeof k);
-  char hex[sizeof mac * 2 + 1];
-  sodium_bin2hex(hex, sizeof hex, mac, sizeof mac);
-  return std::string("sat_") + hex;
+std::string AccessToken(const Ctx& ctx, const store::SandboxRecord& sb) {
+  // SPACE's own sandbox token with every sandbox scope: it expires, and dies with the
+  // sandbox, like any other (docs/security.md).
+  return MintToken(ctx, sb, "", auth::kAllSandboxScopes).first;
 }
 
 bool AccessTokenValid(const Ctx& ctx, const std::string& sandbox_id, std::string_view token) {
-  if (ctx.opts->api_key.empty()) return false;
-  std::string want = AccessToken(ctx, sandbox_id);
-  return token.size() == want.size() && sodium_memcmp(token.data(), want.data(), want.size()) == 0;
+  if (ctx.opts->no_auth) return true;
+  if (!auth::LooksLikeToken(token)) return false;
+  auto claims = ctx.opts->signing_keys->Verify(token, NowUnixMillis() / 1000);
+  if (!claims || claims->sandbox_id != sandbox_id || !claims->command_id.empty() ||
+      claims->scopes != auth::kAllSandboxScopes)
+    return false;
+  // Revoked with its sandbox (and not valid for a later sandbox reusing the id).
+  auto sb = ctx.platform->GetSandbox(sandbox_id);
+  return sb && sb->state != "deleting" && sb->state != "deleted" &&
+         sb->created_ms == claims->generation;
 }
 
 std::string HeaderOr(const Ctx& ctx, std::string_view name) {

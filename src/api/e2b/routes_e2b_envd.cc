@@ -765,7 +765,11 @@ Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sb) {
 Awaitable<bool> Route(Ctx& ctx) {
   std::string sb = HeaderOr(ctx, "E2b-Sandbox-Id");
   if (sb.empty()) co_return co_await RouteControl(ctx);
-  if (!AccessTokenValid(ctx, sb, HeaderOr(ctx, "X-Access-Token"))) {
+  // A sandbox that is gone answers as E2B's proxy does (not found), whatever the token:
+  // its token was revoked with it, and the SDK expects SandboxNotFoundError here.
+  auto known = ctx.platform->GetSandbox(sb);
+  const bool live = known && known->state != "deleting" && known->state != "deleted";
+  if (live && !AccessTokenValid(ctx, sb, HeaderOr(ctx, "X-Access-Token"))) {
     if (StartsWith(ctx.path, "/process.Process/") || StartsWith(ctx.path, "/filesystem.Filesystem/")) {
       co_await ReplyRpcError(ctx, "unauthenticated", "missing or invalid X-Access-Token");
     } else {

@@ -1,0 +1,168 @@
+// Routes: /v1/keys (operator API keys), /v1/sandboxes/{id}/tokens (mint a narrower token),
+// /v1/whoami. Who may call them is decided in access.cc like every other route.
+#include "api/http.h"
+
+namespace space::api {
+
+namespace {
+
+Json KeyJson(const store::ApiKeyRecord& k) {
+  return {{"id", k.id},
+          {"name", k.name},
+          {"hint", k.hint},
+          {"created_at", FormatRfc3339(k.created_ms)}};
+}
+
+Json TokenJson(const std::string& token, const auth::Claims& c) {
+  Json j = {{"token", token},
+            {"sandbox_id", c.sandbox_id},
+            {"scopes", auth::ScopeNames(c.scopes)},
+            {"expires_at", FormatRfc3339(c.expires_s * 1000)}};
+  if (!c.command_id.empty()) j["command_id"] = c.command_id;
+  return j;
+}
+
+// The claims a mint request asks for, checked against what the caller holds: never a
+// scope, a command or a lifetime beyond its own token.
+Result<auth::Claims> ParseMint(const Ctx& ctx, const Json& body) {
+  for (const auto& [k, v] : body.items()) {
+    static const std::set<std::string> kKnown = {"scopes", "ttl_s", "command_id"};
+    if (!kKnown.count(k)) return Fail(Errc::kInvalidArgument, "unknown field \"" + k + "\"");
+  }
+  const Principal& who = ctx.principal;
+  auth::Claims c;
+  c.scopes = who.is_token() ? who.claims.scopes : auth::kAllSandboxScopes;
+  c.command_id = who.is_token() ? who.claims.command_id : "";
+  if (const Json* s = JsonField(body, "scopes")) {
+    if (!s->is_array()) return Fail(Errc::kInvalidArgument, "scopes must be an array of strings");
+    std::vector<std::string> names;
+    for (const Json& n : *s) {
+      if (!n.is_string()) return Fail(Errc::kInvalidArgument, "scopes must be an array of strings");
+      names.push_back(n.get<std::string>());
+    }
+    auto parsed = auth::ParseScopes(names);
+    if (!parsed) return tl::unexpected(parsed.error());
+    if (*parsed == 0) return Fail(Errc::kInvalidArgument, "scopes must not be empty");
+    c.scopes = *parsed;
+  }
+  if (const Json* cmd = JsonField(body, "command_id")) {
+    if (!cmd->is_string() || !IsValidId(cmd->get<std::string>(), "cmd"))
+      return Fail(Errc::kInvalidArgument, "command_id must be a command id");
+    c.command_id = cmd->get<std::string>();
+  }
+  if (const Json* t = JsonField(body, "ttl_s")) {
+    if (!t->is_number_integer() || t->get<int64_t>() <= 0)
+      return Fail(Errc::kInvalidArgument, "ttl_s must be a positive integer");
+    c.expires_s = t->get<int64_t>();  // a TTL until MintToken applies it
+  }
+  if (who.is_token()) {
+    if (c.scopes & ~who.claims.scopes)
+      return Fail(Errc::kPermissionDenied, "cannot mint a token broader than your own");
+    if (!who.claims.command_id.empty() && c.command_id != who.claims.command_id)
+      return Fail(Errc::kPermissionDenied, "your token is bound to command " + who.claims.command_id);
+  }
+  if (!c.command_id.empty() && (c.scopes & ~auth::kAttachScopes))
+    return Fail(Errc::kInvalidArgument,
+                "a token bound to a command carries only commands:read and commands:write");
+  return c;
+}
+
+}  // namespace
+
+Awaitable<bool> RouteAccess(Ctx& ctx) {
+  const auto& s = ctx.segments;
+  core::Platform* p = ctx.platform;
+
+  if (s.size() == 2 && s[1] == "whoami" && ctx.method == "GET") {
+    const Principal& who = ctx.principal;
+    Json body = Json::object();
+    if (who.is_operator()) {
+      body["kind"] = "operator";
+      body["key_name"] = who.key_name;
+    } else {
+      body = TokenJson("", who.claims);
+      body.erase("token");
+      body["kind"] = "token";
+    }
+    co_await ctx.Reply(200, body);
+    co_return true;
+  }
+
+  if (s.size() >= 2 && s[1] == "keys") {
+    if (s.size() == 2 && ctx.method == "POST") {
+      auto body = co_await ctx.ReadJson();
+      if (!body) {
+        co_await ctx.ReplyError(body.error());
+        co_return true;
+      }
+      std::string name = JsonStringOr(*body, "name", "");
+      auto created = co_await ctx.Blocking([&] { return p->CreateApiKey(name); });
+      if (!created) {
+        co_await ctx.ReplyError(created.error());
+        co_return true;
+      }
+      Json reply_body = KeyJson(created->record);
+      reply_body["key"] = created->key;
+      co_await ctx.Reply(201, reply_body);
+      co_return true;
+    }
+    if (s.size() == 2 && ctx.method == "GET") {
+      auto keys = co_await ctx.Blocking([&] { return p->ListApiKeys(); });
+      co_await ReplyList(ctx, "keys", std::move(keys), KeyJson);
+      co_return true;
+    }
+    if (s.size() == 3 && ctx.method == "DELETE") {
+      std::string id = s[2];
+      auto gone = co_await ctx.Blocking([&] { return p->DeleteApiKey(id); });
+      if (!gone) {
+        co_await ctx.ReplyError(gone.error());
+      } else {
+        co_await ctx.Reply(200, KeyJson(*gone));
+      }
+      co_return true;
+    }
+    co_await ctx.ReplyError(Error{Errc::kNotFound, 0, "no route " + ctx.method + " " + ctx.path});
+    co_return true;
+  }
+
+  if (s.size() == 4 && s[1] == "sandboxes" && s[3] == "tokens") {
+    if (ctx.method != "POST") {
+      co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "method not allowed"});
+      co_return true;
+    }
+    auto body = co_await ctx.ReadJson();
+    if (!body) {
+      co_await ctx.ReplyError(body.error());
+      co_return true;
+    }
+    auto want = ParseMint(ctx, *body);
+    if (!want) {
+      co_await ctx.ReplyError(want.error());
+      co_return true;
+    }
+    const std::string id = s[2];
+    auto sb = co_await ctx.Blocking([&] { return p->GetSandbox(id); });
+    if (!sb) {
+      co_await ctx.ReplyError(sb.error());
+      co_return true;
+    }
+    if (!want->command_id.empty()) {
+      std::string cid = want->command_id;
+      auto cmd = co_await ctx.Blocking([&] { return p->GetCommand(id, cid); });
+      if (!cmd) {
+        co_await ctx.ReplyError(cmd.error());
+        co_return true;
+      }
+    }
+    auto minted = MintToken(ctx, *sb, want->command_id, want->scopes, want->expires_s);
+    auth::Claims c = *want;
+    c.sandbox_id = id;
+    c.expires_s = minted.second;
+    Json reply_body = TokenJson(minted.first, c);
+    co_await ctx.Reply(201, reply_body);
+    co_return true;
+  }
+  co_return false;
+}
+
+}  // namespace space::api

@@ -1,0 +1,30 @@
+// Client: operator API keys and sandbox tokens (see client.h).
+#include "cli/client.h"
+#include "cli/client_internal.h"
+
+namespace space::client {
+
+using internal::ArrayField;
+using internal::PathEscape;
+
+Result<Json> Client::CreateKey(std::string_view name) {
+  return Call("POST", "/v1/keys", Json{{"name", std::string(name)}});
+}
+
+Result<Json> Client::ListKeys() {
+  auto r = Call("GET", "/v1/keys");
+  if (!r) return r;
+  return ArrayField(*r, "keys");
+}
+
+Result<Json> Client::DeleteKey(std::string_view id_or_name) {
+  return Call("DELETE", "/v1/keys/" + PathEscape(id_or_name));
+}
+
+Result<Json> Client::MintToken(std::string_view sandbox_id, const Json& body) {
+  return Call("POST", "/v1/sandboxes/" + PathEscape(sandbox_id) + "/tokens", body);
+}
+
+Result<Json> Client::WhoAmI() { return Call("GET", "/v1/whoami"); }
+
+}  // namespace space::client
