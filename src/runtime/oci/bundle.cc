@@ -1,5 +1,6 @@
 #include "runtime/oci/bundle.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace space::runtime::oci {
@@ -22,7 +23,8 @@ constexpr int kEnosys = 38;
 // that libc uses when present. Everything else answers ENOSYS (kDefaultErrno), so a libc
 // or runtime probing a syscall we do not list falls back as on an older kernel. Names
 // unknown to the host's libseccomp (other arches' syscalls, very new ones) are skipped by
-// crun and runc. Conditional allows (clone, socket, personality) are in SeccompProfile().
+// crun and runc. Conditional allows (clone, socket, personality, ioctl) are in
+// SeccompProfile().
 constexpr const char* kAllowed[] = {
     "accept", "accept4", "access", "alarm", "arch_prctl", "bind", "brk", "cachestat",
     "capget", "capset", "chdir", "chmod", "chown", "chown32", "chroot", "clock_getres",
@@ -43,7 +45,7 @@ constexpr const char* kAllowed[] = {
     "getrlimit", "getrusage", "getsid", "getsockname", "getsockopt", "gettid",
     "gettimeofday", "getuid", "getuid32", "getxattr", "inotify_add_watch", "inotify_init",
     "inotify_init1", "inotify_rm_watch", "io_cancel", "io_destroy", "io_getevents",
-    "io_pgetevents", "io_pgetevents_time64", "io_setup", "io_submit", "ioctl", "ioprio_get",
+    "io_pgetevents", "io_pgetevents_time64", "io_setup", "io_submit", "ioprio_get",
     "ioprio_set", "ipc", "kill", "landlock_add_rule", "landlock_create_ruleset",
     "landlock_restrict_self", "lchown", "lchown32", "lgetxattr", "link", "linkat", "listen",
     "listxattr", "llistxattr", "_llseek", "lremovexattr", "lseek", "lsetxattr", "lstat",
@@ -118,15 +120,14 @@ constexpr uint64_t kPersonalities[] = {0x0, 0x8, 0x20000, 0x20008, 0xffffffff};
 
 constexpr uint64_t kAfVsock = 40;
 
-// btrfs ioctls that create subvolumes or snapshots. Any user may create a subvolume in a
-// directory it can write, and a new subvolume gets a qgroup of its own, outside the
-// sandbox's quota: writes there would not count against limits.disk_bytes.
-constexpr uint64_t kBtrfsSubvolIoctls[] = {
-    0x50009401,  // BTRFS_IOC_SNAP_CREATE
-    0x5000940e,  // BTRFS_IOC_SUBVOL_CREATE
-    0x50009417,  // BTRFS_IOC_SNAP_CREATE_V2
-    0x50009418,  // BTRFS_IOC_SUBVOL_CREATE_V2
-};
+// btrfs ioctls taking struct btrfs_ioctl_vol_args(_v2) (4 KiB, type 0x94): subvolume and
+// snapshot creation and deletion, device add/remove, resize, balance, defrag. Any user may
+// create a subvolume in a directory it can write, and a new subvolume gets a qgroup of its
+// own, outside the sandbox's quota: writes there would not count against
+// limits.disk_bytes. The rest need CAP_SYS_ADMIN, or are not needed (defrag).
+// FICLONE & co. (type 0x94, other sizes) stay allowed.
+constexpr uint64_t kBtrfsVolArgsIoctlMask = 0xffffff00;
+constexpr uint64_t kBtrfsVolArgsIoctl = 0x50009400;
 
 Json Mount(const char* dest, const char* type, const char* source,
            std::vector<std::string> options) {
@@ -184,13 +185,22 @@ Json SeccompProfile() {
     r["args"] = {arg(0, p, "SCMP_CMP_EQ")};
     syscalls.push_back(r);
   }
-  for (uint64_t cmd : kBtrfsSubvolIoctls) {
-    Json r = rule({"ioctl"}, "SCMP_ACT_ERRNO");
-    r["errnoRet"] = kEperm;
-    // The command is an unsigned int: compare its low 32 bits only.
-    r["args"] = {arg(1, 0xffffffffu, "SCMP_CMP_MASKED_EQ", cmd)};
+  // ioctl(2) is allowed unless bits 8..31 of the command (an unsigned int: the upper half
+  // of the register is ignored by the kernel, so it is here too) are kBtrfsVolArgsIoctl.
+  // libseccomp lets an unconditional allow win over any conditional refusal, so the allow
+  // is spelled as "differs in at least one bit": one rule per bit, OR-ed.
+  for (int bit = 8; bit < 32; ++bit) {
+    uint64_t m = uint64_t{1} << bit;
+    Json r = rule({"ioctl"}, "SCMP_ACT_ALLOW");
+    r["args"] = {{{"index", 1}, {"value", m}, {"valueTwo", ~kBtrfsVolArgsIoctl & m},
+                  {"op", "SCMP_CMP_MASKED_EQ"}}};
     syscalls.push_back(r);
   }
+  Json btrfs = rule({"ioctl"}, "SCMP_ACT_ERRNO");
+  btrfs["errnoRet"] = kEperm;
+  btrfs["args"] = {
+      arg(1, kBtrfsVolArgsIoctlMask, "SCMP_CMP_MASKED_EQ", kBtrfsVolArgsIoctl)};
+  syscalls.push_back(btrfs);
   Json profile{{"defaultAction", "SCMP_ACT_ERRNO"},
                {"defaultErrnoRet", kEnosys},
                {"syscalls", syscalls}};
@@ -228,12 +238,19 @@ Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
         {{"type", "RLIMIT_NOFILE"}, {"hard", spec.limits.nofile}, {"soft", spec.limits.nofile}}};
   }
 
+  // tmpfs pages are charged to the sandbox's memory cgroup but belong to no process, so
+  // a full tmpfs at the memory limit makes the OOM killer pick any process — the agent
+  // too. Each writable tmpfs is kept to a quarter of the limit (64 MiB at most, as Docker).
+  int64_t tmpfs_kib = 65536;
+  if (spec.limits.memory_bytes > 0)
+    tmpfs_kib = std::max<int64_t>(1024, std::min<int64_t>(tmpfs_kib, spec.limits.memory_bytes / 4096));
+  const std::string tmpfs_size = "size=" + std::to_string(tmpfs_kib) + "k";
   Json mounts = Json::array({
       Mount("/proc", "proc", "proc", {"nosuid", "noexec", "nodev"}),
-      Mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k"}),
+      Mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", tmpfs_size}),
       Mount("/dev/pts", "devpts", "devpts",
             {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}),
-      Mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}),
+      Mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", tmpfs_size}),
       Mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}),
       Mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
       Mount("/sys/fs/cgroup", "cgroup", "cgroup", {"nosuid", "noexec", "nodev", "relatime", "ro"}),

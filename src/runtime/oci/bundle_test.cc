@@ -115,10 +115,10 @@ TEST(BundleTest, SeccompIsAnAllowListWithEpermForHostReachingCalls) {
     EXPECT_TRUE(Has(eperm, s)) << s;
     EXPECT_FALSE(Has(allowed, s)) << s;
   }
-  for (const char* s : {"read", "write", "execve", "fork", "ptrace", "ioctl", "openat"})
+  for (const char* s : {"read", "write", "execve", "fork", "ptrace", "openat"})
     EXPECT_TRUE(Has(allowed, s)) << s;
   // clone, socket and personality are allowed only by argument.
-  for (const char* s : {"clone", "clone3", "socket", "personality"}) {
+  for (const char* s : {"clone", "clone3", "socket", "personality", "ioctl"}) {
     EXPECT_FALSE(Has(allowed, s)) << s;
   }
   bool clone_rule = false, clone3_enosys = false, vsock_refused = false, subvol_refused = false;
@@ -130,13 +130,39 @@ TEST(BundleTest, SeccompIsAnAllowListWithEpermForHostReachingCalls) {
     if (r["names"] == Json({"clone3"})) clone3_enosys = r["errnoRet"] == 38;
     if (r["names"] == Json({"socket"}) && r["action"] == "SCMP_ACT_ERRNO")
       vsock_refused = r["args"][0]["value"] == 40;
-    if (r["names"] == Json({"ioctl"}) && r["args"][0]["valueTwo"] == 0x5000940e)
-      subvol_refused = r["action"] == "SCMP_ACT_ERRNO";
+    if (r["names"] == Json({"ioctl"}) && r["action"] == "SCMP_ACT_ERRNO")
+      subvol_refused = r["args"][0]["value"] == 0xffffff00 && r["args"][0]["valueTwo"] == 0x50009400;
   }
   EXPECT_TRUE(clone_rule);
   EXPECT_TRUE(clone3_enosys);
   EXPECT_TRUE(vsock_refused);
   EXPECT_TRUE(subvol_refused);
+}
+
+// Evaluates the profile's ioctl rules the way the kernel filter does (an allow rule with a
+// matching argument wins; otherwise the refusal or the default).
+TEST(BundleTest, SeccompIoctlRefusesOnlyBtrfsVolumeCommands) {
+  Json sc = SeccompProfile();
+  auto allowed = [&](uint64_t cmd) {
+    for (const auto& r : sc["syscalls"]) {
+      if (r["names"] != Json({"ioctl"}) || r["action"] != "SCMP_ACT_ALLOW") continue;
+      const Json& a = r["args"][0];
+      EXPECT_EQ(a["index"], 1);
+      EXPECT_EQ(a["op"], "SCMP_CMP_MASKED_EQ");
+      if ((cmd & a["value"].get<uint64_t>()) == a["valueTwo"].get<uint64_t>()) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(allowed(0x5401));              // TCGETS
+  EXPECT_TRUE(allowed(0x40049409));          // FICLONE
+  EXPECT_TRUE(allowed(0xc0189436));          // FIDEDUPERANGE
+  EXPECT_TRUE(allowed(0x541b));              // FIONREAD
+  EXPECT_TRUE(allowed(0x50009500));
+  EXPECT_FALSE(allowed(0x5000940e));         // BTRFS_IOC_SUBVOL_CREATE
+  EXPECT_FALSE(allowed(0x50009418));         // BTRFS_IOC_SUBVOL_CREATE_V2
+  EXPECT_FALSE(allowed(0x50009401));         // BTRFS_IOC_SNAP_CREATE
+  EXPECT_FALSE(allowed(0x50009417));         // BTRFS_IOC_SNAP_CREATE_V2
+  EXPECT_FALSE(allowed(0xffffffff5000940eull));  // junk in the ignored upper half
 }
 
 TEST(BundleTest, NamespacesAndUserMapping) {
@@ -173,6 +199,19 @@ TEST(BundleTest, Limits) {
   EXPECT_FALSE(u["linux"]["resources"].contains("pids"));
   EXPECT_FALSE(u["linux"]["resources"].contains("cpu"));
   EXPECT_FALSE(u["process"].contains("rlimits"));
+
+  auto shm_opts = [](const Json& c) {
+    return (*FindMount(c, "/dev/shm"))["options"].get<std::vector<std::string>>();
+  };
+  auto has = [](const std::vector<std::string>& v, const char* s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+  };
+  // A quarter of the memory limit, at most 64 MiB: a full /dev/shm cannot OOM the agent.
+  EXPECT_TRUE(has(shm_opts(cfg), "size=65536k"));
+  InstanceSpec small = Spec();
+  small.limits.memory_bytes = 64ll << 20;
+  EXPECT_TRUE(has(shm_opts(BuildOciConfig(small, Params())), "size=16384k"));
+  EXPECT_TRUE(has(shm_opts(u), "size=65536k"));
 
   BundleParams no_swap = Params();
   no_swap.memory_swap = false;
