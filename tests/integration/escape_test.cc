@@ -246,6 +246,7 @@ class EscapeTest : public ::testing::TestWithParam<std::string> {
   }
 
   void CheckProbeList();
+  void CheckLimits();
   void CheckHostUnchanged();
 
   static inline Daemon* daemon_ = nullptr;
@@ -303,9 +304,25 @@ void EscapeTest::CheckHostUnchanged() {
   ExpectHostAndSiblingHealthy();
 }
 
+// The limits the suite relies on are accepted and reported at create; nonsense is refused.
+void EscapeTest::CheckLimits() {
+  auto sb = c().GetSandbox(victim_);
+  ASSERT_TRUE(sb) << sb.error().message;
+  EXPECT_EQ((*sb)["limits"], LimitsBody()["limits"]) << sb->dump();
+  for (const auto& [key, value] : std::vector<std::pair<std::string, Json>>{
+           {"nofile", 10}, {"nofile", Json(1ll << 30)}, {"disk_bytes", 4096}, {"disk_bytes", -1},
+           {"nofile", "many"}, {"inodes", 5}}) {
+    Json body = {{"limits", {{key, value}}}};
+    auto bad = c().CreateSandbox(body);
+    ASSERT_FALSE(bad) << key << "=" << value.dump();
+    EXPECT_EQ(bad.error().code, Errc::kInvalidArgument) << key << "=" << value.dump();
+  }
+}
+
 TEST_P(EscapeTest, Case) {
   const std::string name = GetParam();
   if (name == "probe_list") return CheckProbeList();
+  if (name == "limits") return CheckLimits();
   if (name == "host_unchanged") return CheckHostUnchanged();
   std::string sandbox = victim_;
   if (name == "daemon") {
@@ -357,7 +374,7 @@ TEST_P(EscapeTest, Case) {
 
 // The probe cases between two checks of the suite itself, all on one spaced.
 std::vector<std::string> SuiteSteps() {
-  std::vector<std::string> steps = {"probe_list"};
+  std::vector<std::string> steps = {"probe_list", "limits"};
   steps.insert(steps.end(), AllCases().begin(), AllCases().end());
   steps.push_back("host_unchanged");
   return steps;
