@@ -242,7 +242,8 @@ class EscapeTest : public ::testing::TestWithParam<std::string> {
     auto r = c().Run(other_, std::vector<std::string>{"echo", "alive"});
     ASSERT_TRUE(r) << r.error().message;
     EXPECT_EQ(r->out, "alive\n");
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s) << "the sibling answered slowly";
+    // Generous: these machines are shared; a starved sibling would take far longer.
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s) << "the sibling answered slowly";
   }
 
   void CheckProbeList();
@@ -364,6 +365,10 @@ TEST_P(EscapeTest, Case) {
     ASSERT_TRUE(again) << again.error().message;
     EXPECT_EQ(again->out, "ok\n");
   } else if (name == "daemon") {
+    // The grandchild may still be on its way to exec under load.
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (HostProcessesWith("daemon-" + token_).empty() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(20ms);
     ASSERT_FALSE(HostProcessesWith("daemon-" + token_).empty())
         << "the double-forked daemon did not start (nothing to check)";
     ASSERT_TRUE(c().DeleteSandboxAndWait(sandbox, 60s));
