@@ -58,6 +58,8 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
         req.limits.pids = n;
       } else if (k == "disk_bytes") {
         req.limits.disk_bytes = n;
+      } else if (k == "nofile") {
+        req.limits.nofile = n;
       } else {
         return Fail(Errc::kInvalidArgument, "unknown limit \"" + k + "\"");
       }

@@ -23,7 +23,7 @@ std::string DigestHex(const std::string& digest) {
 
 Json LimitsJson(const runtime::Limits& l) {
   return {{"memory_bytes", l.memory_bytes}, {"pids", l.pids}, {"cpus", l.cpus},
-          {"disk_bytes", l.disk_bytes}};
+          {"disk_bytes", l.disk_bytes}, {"nofile", l.nofile}};
 }
 
 runtime::Limits LimitsFromJson(const Json& j) {
@@ -32,6 +32,7 @@ runtime::Limits LimitsFromJson(const Json& j) {
   l.pids = JsonIntOr(j, "pids", l.pids);
   if (const Json* c = JsonField(j, "cpus"); c && c->is_number()) l.cpus = c->get<double>();
   l.disk_bytes = JsonIntOr(j, "disk_bytes", l.disk_bytes);
+  l.nofile = JsonIntOr(j, "nofile", l.nofile);
   return l;
 }
 
@@ -325,7 +326,10 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
     return Fail(Errc::kInvalidArgument, "limits.memory_bytes must be 0 (unlimited) or >= 16 MiB");
   if (l.pids != 0 && l.pids < 8) return Fail(Errc::kInvalidArgument, "limits.pids must be 0 or >= 8");
   if (l.cpus < 0 || l.cpus > 1024) return Fail(Errc::kInvalidArgument, "limits.cpus out of range");
-  if (l.disk_bytes < 0) return Fail(Errc::kInvalidArgument, "limits.disk_bytes must be >= 0");
+  if (l.disk_bytes != 0 && l.disk_bytes < (1ll << 20))
+    return Fail(Errc::kInvalidArgument, "limits.disk_bytes must be 0 (unlimited) or >= 1 MiB");
+  if (l.nofile != 0 && (l.nofile < 64 || l.nofile > (1 << 20)))
+    return Fail(Errc::kInvalidArgument, "limits.nofile must be 0 (runtime default) or 64..1048576");
   Json env = base_env;
   for (const auto& [k, v] : req.env) {
     SPACE_TRY(ValidateEnvKey(k));

@@ -13,7 +13,7 @@ std::string PoolOf(const store::SandboxRecord& rec) { return JsonStringOr(rec.sp
 bool DefaultLimits(const runtime::Limits& l) {
   runtime::Limits d;
   return l.memory_bytes == d.memory_bytes && l.pids == d.pids && l.cpus == d.cpus &&
-         l.disk_bytes == d.disk_bytes;
+         l.disk_bytes == d.disk_bytes && l.nofile == d.nofile;
 }
 
 }  // namespace

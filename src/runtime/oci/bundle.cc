@@ -1,14 +1,15 @@
 #include "runtime/oci/bundle.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace space::runtime::oci {
 
 std::vector<std::string> DefaultCapabilities() {
   return {"CAP_CHOWN",   "CAP_DAC_OVERRIDE", "CAP_FSETID",           "CAP_FOWNER",
-          "CAP_MKNOD",   "CAP_NET_RAW",      "CAP_SETGID",           "CAP_SETUID",
-          "CAP_SETFCAP", "CAP_SETPCAP",      "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
-          "CAP_KILL",    "CAP_AUDIT_WRITE"};
+          "CAP_MKNOD",   "CAP_SETGID",       "CAP_SETUID",           "CAP_SETFCAP",
+          "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",   "CAP_KILL",
+          "CAP_AUDIT_WRITE"};
 }
 
 namespace {
@@ -16,77 +17,117 @@ namespace {
 constexpr int kEperm = 1;
 constexpr int kEnosys = 38;
 
-// Syscalls a sandbox never needs and that widen the kernel attack surface or act on the
-// whole host (clocks, swap, modules, keyrings) — refused with EPERM. Names unknown to the
-// host's libseccomp (e.g. 32-bit-only ones on some arches) are skipped by crun and runc.
-constexpr const char* kBlocked[] = {
-    "_sysctl",
-    "acct",
-    "add_key",
-    "adjtimex",
-    "bpf",
-    "clock_adjtime",
-    "clock_settime",
-    "create_module",
-    "delete_module",
-    "finit_module",
-    "fsconfig",
-    "fsmount",
-    "fsopen",
-    "fspick",
-    "get_kernel_syms",
-    "init_module",
-    "io_uring_enter",
-    "io_uring_register",
-    "io_uring_setup",
-    "ioperm",
-    "iopl",
-    "kexec_file_load",
-    "kexec_load",
-    "keyctl",
-    "lookup_dcookie",
-    "mount",
-    "mount_setattr",
-    "move_mount",
-    "name_to_handle_at",
-    "nfsservctl",
-    "open_by_handle_at",
-    "open_tree",
-    "perf_event_open",
-    "pivot_root",
-    "query_module",
-    "quotactl",
-    "quotactl_fd",
-    "reboot",
-    "request_key",
-    "setns",
-    "settimeofday",
-    "stime",
-    "swapoff",
-    "swapon",
-    "syslog",
-    "umount",
-    "umount2",
-    "unshare",
-    "uselib",
-    "userfaultfd",
-    "vhangup",
-    "vm86",
-    "vm86old",
+// The allow-list: Docker's default seccomp profile (moby profiles/seccomp/default.json)
+// as it applies to a container holding DefaultCapabilities() — i.e. its unconditional
+// allow-list, less io_uring_* and name_to_handle_at, plus syscalls newer than that list
+// that libc uses when present. Everything else answers ENOSYS (kDefaultErrno), so a libc
+// or runtime probing a syscall we do not list falls back as on an older kernel. Names
+// unknown to the host's libseccomp (other arches' syscalls, very new ones) are skipped by
+// crun and runc. Conditional allows (clone, socket, personality, ioctl) are in
+// SeccompProfile().
+constexpr const char* kAllowed[] = {
+    "accept", "accept4", "access", "alarm", "arch_prctl", "bind", "brk", "cachestat",
+    "capget", "capset", "chdir", "chmod", "chown", "chown32", "chroot", "clock_getres",
+    "clock_getres_time64", "clock_gettime", "clock_gettime64", "clock_nanosleep",
+    "clock_nanosleep_time64", "close", "close_range", "connect", "copy_file_range", "creat",
+    "dup", "dup2", "dup3", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_ctl_old",
+    "epoll_pwait", "epoll_pwait2", "epoll_wait", "epoll_wait_old", "eventfd", "eventfd2",
+    "execve", "execveat", "exit", "exit_group", "faccessat", "faccessat2", "fadvise64",
+    "fadvise64_64", "fallocate", "fanotify_mark", "fchdir", "fchmod", "fchmodat", "fchmodat2",
+    "fchown", "fchown32", "fchownat", "fcntl", "fcntl64", "fdatasync", "fgetxattr",
+    "flistxattr", "flock", "fork", "fremovexattr", "fsetxattr", "fstat", "fstat64",
+    "fstatat64", "fstatfs", "fstatfs64", "fsync", "ftruncate", "ftruncate64", "futex",
+    "futex_requeue", "futex_time64", "futex_wait", "futex_waitv", "futex_wake", "futimesat",
+    "get_robust_list", "get_thread_area", "getcpu", "getcwd", "getdents", "getdents64",
+    "getegid", "getegid32", "geteuid", "geteuid32", "getgid", "getgid32", "getgroups",
+    "getgroups32", "getitimer", "getpeername", "getpgid", "getpgrp", "getpid", "getppid",
+    "getpriority", "getrandom", "getresgid", "getresgid32", "getresuid", "getresuid32",
+    "getrlimit", "getrusage", "getsid", "getsockname", "getsockopt", "gettid",
+    "gettimeofday", "getuid", "getuid32", "getxattr", "inotify_add_watch", "inotify_init",
+    "inotify_init1", "inotify_rm_watch", "io_cancel", "io_destroy", "io_getevents",
+    "io_pgetevents", "io_pgetevents_time64", "io_setup", "io_submit", "ioprio_get",
+    "ioprio_set", "ipc", "kill", "landlock_add_rule", "landlock_create_ruleset",
+    "landlock_restrict_self", "lchown", "lchown32", "lgetxattr", "link", "linkat", "listen",
+    "listxattr", "llistxattr", "_llseek", "lremovexattr", "lseek", "lsetxattr", "lstat",
+    "lstat64", "madvise", "map_shadow_stack", "membarrier", "memfd_create", "memfd_secret",
+    "mincore", "mkdir", "mkdirat", "mknod", "mknodat", "mlock", "mlock2", "mlockall",
+    "mmap", "mmap2", "modify_ldt", "mprotect", "mq_getsetattr", "mq_notify", "mq_open",
+    "mq_timedreceive", "mq_timedreceive_time64", "mq_timedsend", "mq_timedsend_time64",
+    "mq_unlink", "mremap", "mseal", "msgctl", "msgget", "msgrcv", "msgsnd", "msync",
+    "munlock", "munlockall", "munmap", "nanosleep", "newfstatat", "_newselect", "open",
+    "openat", "openat2", "pause", "pidfd_open", "pidfd_send_signal", "pipe", "pipe2",
+    "pkey_alloc", "pkey_free", "pkey_mprotect", "poll", "ppoll", "ppoll_time64", "prctl",
+    "pread64", "preadv", "preadv2", "prlimit64", "process_mrelease", "process_vm_readv",
+    "process_vm_writev", "pselect6", "pselect6_time64", "ptrace", "pwrite64", "pwritev",
+    "pwritev2", "read", "readahead", "readlink", "readlinkat", "readv", "recv", "recvfrom",
+    "recvmmsg", "recvmmsg_time64", "recvmsg", "remap_file_pages", "removexattr", "rename",
+    "renameat", "renameat2", "restart_syscall", "rmdir", "rseq", "rt_sigaction",
+    "rt_sigpending", "rt_sigprocmask", "rt_sigqueueinfo", "rt_sigreturn", "rt_sigsuspend",
+    "rt_sigtimedwait", "rt_sigtimedwait_time64", "rt_tgsigqueueinfo", "sched_get_priority_max",
+    "sched_get_priority_min", "sched_getaffinity", "sched_getattr", "sched_getparam",
+    "sched_getscheduler", "sched_rr_get_interval", "sched_rr_get_interval_time64",
+    "sched_setaffinity", "sched_setattr", "sched_setparam", "sched_setscheduler",
+    "sched_yield", "seccomp", "select", "semctl", "semget", "semop", "semtimedop",
+    "semtimedop_time64", "send", "sendfile", "sendfile64", "sendmmsg", "sendmsg", "sendto",
+    "set_robust_list", "set_thread_area", "set_tid_address", "setfsgid", "setfsgid32",
+    "setfsuid", "setfsuid32", "setgid", "setgid32", "setgroups", "setgroups32", "setitimer",
+    "setpgid", "setpriority", "setregid", "setregid32", "setresgid", "setresgid32",
+    "setresuid", "setresuid32", "setreuid", "setreuid32", "setrlimit", "setsid",
+    "setsockopt", "setuid", "setuid32", "setxattr", "shmat", "shmctl", "shmdt", "shmget",
+    "shutdown", "sigaltstack", "signalfd", "signalfd4", "sigprocmask", "sigreturn",
+    "socketcall", "socketpair", "splice", "stat", "stat64", "statfs", "statfs64", "statx",
+    "symlink", "symlinkat", "sync", "sync_file_range", "syncfs", "sysinfo", "tee", "tgkill",
+    "time", "timer_create", "timer_delete", "timer_getoverrun", "timer_gettime",
+    "timer_gettime64", "timer_settime", "timer_settime64", "timerfd_create",
+    "timerfd_gettime", "timerfd_gettime64", "timerfd_settime", "timerfd_settime64", "times",
+    "tkill", "truncate", "truncate64", "ugetrlimit", "umask", "uname", "unlink", "unlinkat",
+    "uretprobe", "utime", "utimensat", "utimensat_time64", "utimes", "vfork", "vmsplice",
+    "wait4", "waitid", "waitpid", "write", "writev",
 };
 
-// clone(2) flags that create namespaces. clone() with any of them is refused, as Docker's
-// profile does for processes without CAP_SYS_ADMIN: nested user namespaces would hand the
-// sandbox a fresh set of capabilities over more of the kernel.
-constexpr uint64_t kCloneNsFlags[] = {
-    0x00020000,  // CLONE_NEWNS
-    0x02000000,  // CLONE_NEWCGROUP
-    0x04000000,  // CLONE_NEWUTS
-    0x08000000,  // CLONE_NEWIPC
-    0x10000000,  // CLONE_NEWUSER
-    0x20000000,  // CLONE_NEWPID
-    0x40000000,  // CLONE_NEWNET
+// Not allowed (so refused anyway), but listed to answer EPERM rather than ENOSYS: what a
+// sandbox most likely tries in order to reach the host — kernel modules, kexec, mounts,
+// namespaces, keyrings, bpf, perf, clocks, swap, hostnames, io_uring, file handles.
+constexpr const char* kDenied[] = {
+    "_sysctl", "acct", "add_key", "adjtimex", "bpf", "clock_adjtime", "clock_adjtime64",
+    "clock_settime", "clock_settime64", "create_module", "delete_module", "fanotify_init",
+    "finit_module", "fsconfig", "fsmount", "fsopen", "fspick", "get_kernel_syms",
+    "get_mempolicy", "init_module", "io_uring_enter", "io_uring_register", "io_uring_setup",
+    "ioperm", "iopl", "kcmp", "kexec_file_load", "kexec_load", "keyctl", "lookup_dcookie",
+    "mbind", "migrate_pages", "mount", "mount_setattr", "move_mount", "move_pages",
+    "name_to_handle_at", "nfsservctl", "open_by_handle_at", "open_tree", "perf_event_open",
+    "pidfd_getfd", "pivot_root", "process_madvise", "query_module", "quotactl", "quotactl_fd",
+    "reboot", "request_key", "set_mempolicy", "set_mempolicy_home_node", "setdomainname",
+    "sethostname", "setns", "settimeofday", "stime", "swapoff", "swapon", "syslog", "umount",
+    "umount2", "unshare", "uselib", "userfaultfd", "ustat", "vhangup", "vm86", "vm86old",
 };
+
+// Every clone(2) flag that creates a namespace (Docker's mask 0x7E020000): clone() with
+// any of them is refused, as Docker's profile does for processes without CAP_SYS_ADMIN —
+// nested user namespaces would hand the sandbox a fresh set of capabilities over more of
+// the kernel.
+constexpr uint64_t kCloneNsMask = 0x00020000 |  // CLONE_NEWNS
+                                  0x02000000 |  // CLONE_NEWCGROUP
+                                  0x04000000 |  // CLONE_NEWUTS
+                                  0x08000000 |  // CLONE_NEWIPC
+                                  0x10000000 |  // CLONE_NEWUSER
+                                  0x20000000 |  // CLONE_NEWPID
+                                  0x40000000;   // CLONE_NEWNET
+
+// personality(2) values Docker allows: PER_LINUX, UNAME26, PER_LINUX32, their combination,
+// and the 0xffffffff query.
+constexpr uint64_t kPersonalities[] = {0x0, 0x8, 0x20000, 0x20008, 0xffffffff};
+
+constexpr uint64_t kAfVsock = 40;
+
+// btrfs ioctls taking struct btrfs_ioctl_vol_args(_v2) (4 KiB, type 0x94): subvolume and
+// snapshot creation and deletion, device add/remove, resize, balance, defrag. Any user may
+// create a subvolume in a directory it can write, and a new subvolume gets a qgroup of its
+// own, outside the sandbox's quota: writes there would not count against
+// limits.disk_bytes. The rest need CAP_SYS_ADMIN, or are not needed (defrag).
+// FICLONE & co. (type 0x94, other sizes) stay allowed.
+constexpr uint64_t kBtrfsVolArgsIoctlMask = 0xffffff00;
+constexpr uint64_t kBtrfsVolArgsIoctl = 0x50009400;
 
 Json Mount(const char* dest, const char* type, const char* source,
            std::vector<std::string> options) {
@@ -102,21 +143,67 @@ Json Device(const char* type, int64_t major, int64_t minor, const char* access) 
 }  // namespace
 
 Json SeccompProfile() {
+  auto rule = [](std::vector<std::string> names, const char* action) {
+    return Json{{"names", std::move(names)}, {"action", action}};
+  };
+  auto arg = [](int index, uint64_t value, const char* op, uint64_t value_two = 0) {
+    Json a{{"index", index}, {"value", value}, {"op", op}};
+    if (value_two) a["valueTwo"] = value_two;
+    return a;
+  };
   Json syscalls = Json::array();
-  std::vector<std::string> names(std::begin(kBlocked), std::end(kBlocked));
-  syscalls.push_back({{"names", names}, {"action", "SCMP_ACT_ERRNO"}, {"errnoRet", kEperm}});
-  for (uint64_t flag : kCloneNsFlags) {
-    syscalls.push_back(
-        {{"names", {"clone"}},
-         {"action", "SCMP_ACT_ERRNO"},
-         {"errnoRet", kEperm},
-         {"args",
-          {{{"index", 0}, {"value", flag}, {"valueTwo", flag}, {"op", "SCMP_CMP_MASKED_EQ"}}}}});
+  syscalls.push_back(rule({std::begin(kAllowed), std::end(kAllowed)}, "SCMP_ACT_ALLOW"));
+  Json denied = rule({std::begin(kDenied), std::end(kDenied)}, "SCMP_ACT_ERRNO");
+  denied["errnoRet"] = kEperm;
+  syscalls.push_back(denied);
+  Json clone = rule({"clone"}, "SCMP_ACT_ALLOW");
+  // MASKED_EQ compares (arg & value) with valueTwo: here, no namespace flag set.
+  clone["args"] = {arg(0, kCloneNsMask, "SCMP_CMP_MASKED_EQ")};
+  syscalls.push_back(clone);
+  Json clone_ns = rule({"clone"}, "SCMP_ACT_ERRNO");
+  clone_ns["errnoRet"] = kEperm;
+  for (uint64_t bit = 1; bit; bit <<= 1) {
+    if (!(kCloneNsMask & bit)) continue;
+    Json r = clone_ns;
+    r["args"] = {arg(0, bit, "SCMP_CMP_MASKED_EQ", bit)};
+    syscalls.push_back(r);
   }
   // clone3 passes its flags in memory, where seccomp cannot look: answer ENOSYS so libc
   // falls back to clone(2), which the rules above filter (Docker does the same).
-  syscalls.push_back({{"names", {"clone3"}}, {"action", "SCMP_ACT_ERRNO"}, {"errnoRet", kEnosys}});
-  Json profile{{"defaultAction", "SCMP_ACT_ALLOW"}, {"syscalls", syscalls}};
+  Json clone3 = rule({"clone3"}, "SCMP_ACT_ERRNO");
+  clone3["errnoRet"] = kEnosys;
+  syscalls.push_back(clone3);
+  Json socket = rule({"socket"}, "SCMP_ACT_ALLOW");
+  socket["args"] = {arg(0, kAfVsock, "SCMP_CMP_NE")};
+  syscalls.push_back(socket);
+  Json vsock = rule({"socket"}, "SCMP_ACT_ERRNO");
+  vsock["errnoRet"] = kEperm;
+  vsock["args"] = {arg(0, kAfVsock, "SCMP_CMP_EQ")};
+  syscalls.push_back(vsock);
+  for (uint64_t p : kPersonalities) {
+    Json r = rule({"personality"}, "SCMP_ACT_ALLOW");
+    r["args"] = {arg(0, p, "SCMP_CMP_EQ")};
+    syscalls.push_back(r);
+  }
+  // ioctl(2) is allowed unless bits 8..31 of the command (an unsigned int: the upper half
+  // of the register is ignored by the kernel, so it is here too) are kBtrfsVolArgsIoctl.
+  // libseccomp lets an unconditional allow win over any conditional refusal, so the allow
+  // is spelled as "differs in at least one bit": one rule per bit, OR-ed.
+  for (int bit = 8; bit < 32; ++bit) {
+    uint64_t m = uint64_t{1} << bit;
+    Json r = rule({"ioctl"}, "SCMP_ACT_ALLOW");
+    r["args"] = {{{"index", 1}, {"value", m}, {"valueTwo", ~kBtrfsVolArgsIoctl & m},
+                  {"op", "SCMP_CMP_MASKED_EQ"}}};
+    syscalls.push_back(r);
+  }
+  Json btrfs = rule({"ioctl"}, "SCMP_ACT_ERRNO");
+  btrfs["errnoRet"] = kEperm;
+  btrfs["args"] = {
+      arg(1, kBtrfsVolArgsIoctlMask, "SCMP_CMP_MASKED_EQ", kBtrfsVolArgsIoctl)};
+  syscalls.push_back(btrfs);
+  Json profile{{"defaultAction", "SCMP_ACT_ERRNO"},
+               {"defaultErrnoRet", kEnosys},
+               {"syscalls", syscalls}};
 #if defined(__x86_64__)
   profile["architectures"] = {"SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"};
 #elif defined(__aarch64__)
@@ -151,12 +238,19 @@ Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
         {{"type", "RLIMIT_NOFILE"}, {"hard", spec.limits.nofile}, {"soft", spec.limits.nofile}}};
   }
 
+  // tmpfs pages are charged to the sandbox's memory cgroup but belong to no process, so
+  // a full tmpfs at the memory limit makes the OOM killer pick any process — the agent
+  // too. Each writable tmpfs is kept to a quarter of the limit (64 MiB at most, as Docker).
+  int64_t tmpfs_kib = 65536;
+  if (spec.limits.memory_bytes > 0)
+    tmpfs_kib = std::max<int64_t>(1024, std::min<int64_t>(tmpfs_kib, spec.limits.memory_bytes / 4096));
+  const std::string tmpfs_size = "size=" + std::to_string(tmpfs_kib) + "k";
   Json mounts = Json::array({
       Mount("/proc", "proc", "proc", {"nosuid", "noexec", "nodev"}),
-      Mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k"}),
+      Mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", tmpfs_size}),
       Mount("/dev/pts", "devpts", "devpts",
             {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}),
-      Mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}),
+      Mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", tmpfs_size}),
       Mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}),
       Mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
       Mount("/sys/fs/cgroup", "cgroup", "cgroup", {"nosuid", "noexec", "nodev", "relatime", "ro"}),

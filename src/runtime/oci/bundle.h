@@ -31,10 +31,15 @@ struct BundleParams {
   bool memory_swap = true;  // set memory.swap = memory.limit (v1 needs swap accounting)
 };
 
-// Docker's default capability set, "CAP_"-prefixed.
+// Docker's default capability set without CAP_NET_RAW (no raw or packet sockets: a
+// sandbox has nothing to sniff or forge), "CAP_"-prefixed.
 std::vector<std::string> DefaultCapabilities();
-// defaultAction allow, EPERM for the syscalls a sandbox never needs (kernel modules,
-// kexec, mounts, namespaces, keyrings, bpf, perf, clock setting, ...).
+// An allow-list derived from Docker's default profile (see docs/security.md for the
+// differences): unlisted syscalls answer ENOSYS, the ones a sandbox uses to reach the host
+// (kernel modules, kexec, mounts, namespaces, keyrings, bpf, perf, clocks, io_uring, file
+// handles, ...) EPERM; clone() with namespace flags, AF_VSOCK sockets, exotic
+// personalities and btrfs subvolume/snapshot creation (which would escape the disk quota)
+// are refused by argument.
 Json SeccompProfile();
 // The whole config.json. `spec.hostname` empty -> the id.
 Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& params);

@@ -71,7 +71,6 @@ TEST(BundleTest, Hardening) {
   Json cfg = BuildOciConfig(Spec(), Params());
   EXPECT_EQ(cfg["process"]["noNewPrivileges"], true);
   auto caps = cfg["process"]["capabilities"]["bounding"].get<std::vector<std::string>>();
-  EXPECT_EQ(caps.size(), 14u);
   EXPECT_EQ(std::count(caps.begin(), caps.end(), "CAP_SYS_ADMIN"), 0);
   EXPECT_EQ(cfg["process"]["capabilities"]["effective"],
             cfg["process"]["capabilities"]["bounding"]);
@@ -81,22 +80,89 @@ TEST(BundleTest, Hardening) {
   auto ro = cfg["linux"]["readonlyPaths"].get<std::vector<std::string>>();
   EXPECT_NE(std::find(ro.begin(), ro.end(), "/proc/sys"), ro.end());
 
-  const Json& sc = cfg["linux"]["seccomp"];
-  EXPECT_EQ(sc["defaultAction"], "SCMP_ACT_ALLOW");
-  std::vector<std::string> blocked;
+  EXPECT_EQ(caps.size(), 13u);
+  EXPECT_EQ(std::count(caps.begin(), caps.end(), "CAP_NET_RAW"), 0);
+}
+
+// The names of the unconditional rules with `action` (and errnoRet, if given).
+std::vector<std::string> Unconditional(const Json& sc, const std::string& action, int err = -1) {
+  std::vector<std::string> out;
   for (const auto& r : sc["syscalls"]) {
-    if (r["action"] == "SCMP_ACT_ERRNO" && !r.contains("args")) {
-      for (const auto& n : r["names"]) blocked.push_back(n);
+    if (r["action"] != action || r.contains("args")) continue;
+    if (err >= 0 && r.value("errnoRet", -1) != err) continue;
+    for (const auto& n : r["names"]) out.push_back(n);
+  }
+  return out;
+}
+
+bool Has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+TEST(BundleTest, SeccompIsAnAllowListWithEpermForHostReachingCalls) {
+  Json cfg = BuildOciConfig(Spec(), Params());
+  const Json& sc = cfg["linux"]["seccomp"];
+  EXPECT_EQ(sc["defaultAction"], "SCMP_ACT_ERRNO");
+  EXPECT_EQ(sc["defaultErrnoRet"], 38);  // ENOSYS: libc falls back
+  auto allowed = Unconditional(sc, "SCMP_ACT_ALLOW");
+  auto eperm = Unconditional(sc, "SCMP_ACT_ERRNO", 1);
+  for (const char* s : {"kexec_load", "init_module", "finit_module", "bpf", "mount", "umount2",
+                        "pivot_root", "unshare", "setns", "keyctl", "add_key", "perf_event_open",
+                        "reboot", "swapon", "open_by_handle_at", "name_to_handle_at",
+                        "userfaultfd", "io_uring_setup", "fsopen", "sethostname",
+                        "settimeofday", "clock_settime", "fanotify_init", "pidfd_getfd",
+                        "kcmp", "syslog"}) {
+    EXPECT_TRUE(Has(eperm, s)) << s;
+    EXPECT_FALSE(Has(allowed, s)) << s;
+  }
+  for (const char* s : {"read", "write", "execve", "fork", "ptrace", "openat"})
+    EXPECT_TRUE(Has(allowed, s)) << s;
+  // clone, socket and personality are allowed only by argument.
+  for (const char* s : {"clone", "clone3", "socket", "personality", "ioctl"}) {
+    EXPECT_FALSE(Has(allowed, s)) << s;
+  }
+  bool clone_rule = false, clone3_enosys = false, vsock_refused = false, subvol_refused = false;
+  for (const auto& r : sc["syscalls"]) {
+    if (r["names"] == Json({"clone"}) && r["action"] == "SCMP_ACT_ALLOW") {
+      clone_rule = r["args"][0]["op"] == "SCMP_CMP_MASKED_EQ" &&
+                   r["args"][0]["value"] == 0x7E020000 && !r["args"][0].contains("valueTwo");
     }
+    if (r["names"] == Json({"clone3"})) clone3_enosys = r["errnoRet"] == 38;
+    if (r["names"] == Json({"socket"}) && r["action"] == "SCMP_ACT_ERRNO")
+      vsock_refused = r["args"][0]["value"] == 40;
+    if (r["names"] == Json({"ioctl"}) && r["action"] == "SCMP_ACT_ERRNO")
+      subvol_refused = r["args"][0]["value"] == 0xffffff00 && r["args"][0]["valueTwo"] == 0x50009400;
   }
-  for (const char* s : {"kexec_load", "init_module", "bpf", "mount", "umount2", "pivot_root",
-                        "unshare", "setns", "keyctl", "perf_event_open", "reboot", "swapon",
-                        "open_by_handle_at", "userfaultfd", "clone3"}) {
-    EXPECT_NE(std::find(blocked.begin(), blocked.end(), s), blocked.end()) << s;
-  }
-  for (const char* s : {"read", "write", "execve", "clone", "fork", "ptrace"}) {
-    EXPECT_EQ(std::find(blocked.begin(), blocked.end(), s), blocked.end()) << s;
-  }
+  EXPECT_TRUE(clone_rule);
+  EXPECT_TRUE(clone3_enosys);
+  EXPECT_TRUE(vsock_refused);
+  EXPECT_TRUE(subvol_refused);
+}
+
+// Evaluates the profile's ioctl rules the way the kernel filter does (an allow rule with a
+// matching argument wins; otherwise the refusal or the default).
+TEST(BundleTest, SeccompIoctlRefusesOnlyBtrfsVolumeCommands) {
+  Json sc = SeccompProfile();
+  auto allowed = [&](uint64_t cmd) {
+    for (const auto& r : sc["syscalls"]) {
+      if (r["names"] != Json({"ioctl"}) || r["action"] != "SCMP_ACT_ALLOW") continue;
+      const Json& a = r["args"][0];
+      EXPECT_EQ(a["index"], 1);
+      EXPECT_EQ(a["op"], "SCMP_CMP_MASKED_EQ");
+      if ((cmd & a["value"].get<uint64_t>()) == a["valueTwo"].get<uint64_t>()) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(allowed(0x5401));              // TCGETS
+  EXPECT_TRUE(allowed(0x40049409));          // FICLONE
+  EXPECT_TRUE(allowed(0xc0189436));          // FIDEDUPERANGE
+  EXPECT_TRUE(allowed(0x541b));              // FIONREAD
+  EXPECT_TRUE(allowed(0x50009500));
+  EXPECT_FALSE(allowed(0x5000940e));         // BTRFS_IOC_SUBVOL_CREATE
+  EXPECT_FALSE(allowed(0x50009418));         // BTRFS_IOC_SUBVOL_CREATE_V2
+  EXPECT_FALSE(allowed(0x50009401));         // BTRFS_IOC_SNAP_CREATE
+  EXPECT_FALSE(allowed(0x50009417));         // BTRFS_IOC_SNAP_CREATE_V2
+  EXPECT_FALSE(allowed(0xffffffff5000940eull));  // junk in the ignored upper half
 }
 
 TEST(BundleTest, NamespacesAndUserMapping) {
@@ -133,6 +199,19 @@ TEST(BundleTest, Limits) {
   EXPECT_FALSE(u["linux"]["resources"].contains("pids"));
   EXPECT_FALSE(u["linux"]["resources"].contains("cpu"));
   EXPECT_FALSE(u["process"].contains("rlimits"));
+
+  auto shm_opts = [](const Json& c) {
+    return (*FindMount(c, "/dev/shm"))["options"].get<std::vector<std::string>>();
+  };
+  auto has = [](const std::vector<std::string>& v, const char* s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+  };
+  // A quarter of the memory limit, at most 64 MiB: a full /dev/shm cannot OOM the agent.
+  EXPECT_TRUE(has(shm_opts(cfg), "size=65536k"));
+  InstanceSpec small = Spec();
+  small.limits.memory_bytes = 64ll << 20;
+  EXPECT_TRUE(has(shm_opts(BuildOciConfig(small, Params())), "size=16384k"));
+  EXPECT_TRUE(has(shm_opts(u), "size=65536k"));
 
   BundleParams no_swap = Params();
   no_swap.memory_swap = false;
