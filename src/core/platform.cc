@@ -470,6 +470,8 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
     SPACE_TRY_WRAP(rt->Start(spec), "start " + sb->rec.runtime + " instance");
     const int64_t t2 = MonotonicNanos();
     SPACE_TRY_WRAP(ConnectAgent(sb, config.agent_connect_timeout_ms), "connect to agent");
+    // Made now, not by the first command: a warm-pool claim should not pay for it.
+    SPACE_TRY_WRAP(sys::MkdirAll(LogDir(sb->rec.id), 0700), "output log dir");
     const int64_t t3 = MonotonicNanos();
     spdlog::debug("create {}: root {:.1f} ms, start {:.1f} ms, agent {:.1f} ms", sb->rec.id,
                   (t1 - t0) / 1e6, (t2 - t1) / 1e6, (t3 - t2) / 1e6);

@@ -288,14 +288,16 @@ TempDir::~TempDir() {
 }
 
 Status MkdirAll(const std::string& path, mode_t mode) {
-  if (path.empty()) return Ok();
-  std::string cur;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = path.find('/', pos + 1);
-    cur = path.substr(0, pos);
-    if (cur.empty()) continue;
-    if (::mkdir(cur.c_str(), mode) != 0 && errno != EEXIST) return ErrnoFail("mkdir " + cur);
+  if (path.empty() || path == "/") return Ok();
+  // The common cases first: the directory exists, or only its last component is missing.
+  if (::mkdir(path.c_str(), mode) != 0) {
+    if (errno == ENOENT) {
+      size_t slash = path.find_last_of('/', path.find_last_not_of('/'));
+      if (slash != std::string::npos && slash > 0) SPACE_TRY(MkdirAll(path.substr(0, slash), mode));
+      if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return ErrnoFail("mkdir " + path);
+    } else if (errno != EEXIST) {
+      return ErrnoFail("mkdir " + path);
+    }
   }
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return ErrnoFail("stat " + path);
