@@ -14,11 +14,15 @@
 #include <optional>
 #include <set>
 
+#include <sodium.h>
+#include <spdlog/spdlog.h>
+
 #include "common/json.h"
 #include "runtime/oci/bundle.h"
 #include "runtime/oci/cgroups.h"
 #include "runtime/oci/mount_ns.h"
 #include "runtime/oci/oci.h"
+#include "runtime/oci/seccomp_bpf.h"
 #include "sys/sys.h"
 
 namespace space::runtime {
@@ -203,6 +207,10 @@ class OciRuntime final : public Runtime {
   std::vector<oci::Hierarchy> hierarchies_;
   bool memory_swap_ = true;
   std::optional<oci::HelperMountNs> ns_;
+  // crun only: the seccomp profile compiled once, base64, for run.oci.seccomp_bpf_data
+  // (crun would otherwise compile it on every start); empty = let the runtime compile.
+  Json seccomp_profile_;
+  std::string seccomp_bpf_b64_;
 };
 
 Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
@@ -219,6 +227,20 @@ Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
   auto bin = FindExecutable(opts.runtime_binary);
   if (!bin) return tl::unexpected(bin.error());
   rt->binary_ = *bin;
+  if (Basename(rt->binary_) == "crun") {
+    rt->seccomp_profile_ = oci::SeccompProfile();
+    auto bpf = oci::CompileSeccompBpf(rt->seccomp_profile_);
+    if (bpf) {
+      std::string b64(sodium_base64_encoded_len(bpf->size(), sodium_base64_VARIANT_ORIGINAL), '\0');
+      sodium_bin2base64(b64.data(), b64.size(), reinterpret_cast<const unsigned char*>(bpf->data()),
+                        bpf->size(), sodium_base64_VARIANT_ORIGINAL);
+      b64.resize(std::strlen(b64.c_str()));
+      rt->seccomp_bpf_b64_ = std::move(b64);
+    } else {
+      spdlog::warn("oci: precompiling the seccomp profile failed ({}); crun compiles it per start",
+                   bpf.error().message);
+    }
+  }
   std::string kind = Basename(*bin);
 
   auto agent = sys::RealPath(opts.agent_binary);
@@ -381,7 +403,10 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
   bp.uid_shift = opts_.uid_shift;
   bp.uid_count = opts_.uid_count;
   bp.memory_swap = memory_swap_;
-  std::string config = oci::BuildOciConfig(spec, bp).dump(1);
+  Json cfg = oci::BuildOciConfig(spec, bp);
+  if (!seccomp_bpf_b64_.empty() && cfg["linux"]["seccomp"] == seccomp_profile_)
+    cfg["annotations"]["run.oci.seccomp_bpf_data"] = seccomp_bpf_b64_;
+  std::string config = cfg.dump(1);
   {
     // No fsync: a bundle never outlives a crash usefully (Destroy removes it).
     auto f = sys::Open(bundle + "/config.json", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
