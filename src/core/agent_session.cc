@@ -122,6 +122,13 @@ void AgentSession::FailPending(const Error& e) {
 
 Result<agent::Message> AgentSession::Call(const Json& request, std::string_view body,
                                           int64_t timeout_ms) {
+  return Call(request, body, timeout_ms, nullptr, nullptr);
+}
+
+Result<agent::Message> AgentSession::Call(const Json& request, std::string_view body,
+                                          int64_t timeout_ms,
+                                          const std::function<Status()>& meanwhile,
+                                          Status* meanwhile_st) {
   uint32_t id;
   {
     std::lock_guard lock(mu_);
@@ -131,6 +138,7 @@ Result<agent::Message> AgentSession::Call(const Json& request, std::string_view 
     pending_[id];
   }
   auto st = Send(agent::EncodeFrame(FrameType::kRequest, id, agent::EncodeMessage(request, body)));
+  if (meanwhile) *meanwhile_st = meanwhile();
   std::unique_lock lock(mu_);
   if (!st) {
     pending_.erase(id);

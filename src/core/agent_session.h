@@ -47,6 +47,12 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
   // Sends a request and waits for its response; an agent error response becomes an Error.
   [[nodiscard]] Result<agent::Message> Call(const Json& request, std::string_view body,
                                             int64_t timeout_ms);
+  // As Call, but runs `meanwhile` after the request is sent and before waiting for the
+  // answer (overlapping, say, an fsync with the agent's work). Its Status is in *meanwhile_st.
+  [[nodiscard]] Result<agent::Message> Call(const Json& request, std::string_view body,
+                                            int64_t timeout_ms,
+                                            const std::function<Status()>& meanwhile,
+                                            Status* meanwhile_st);
   // Sends stdin bytes (chunked) to a command; eof closes its stdin afterwards.
   [[nodiscard]] Status SendStdin(uint32_t stream, std::string_view bytes, bool eof);
   void Close();

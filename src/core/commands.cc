@@ -98,8 +98,6 @@ Result<CommandInfo> Platform::StartCommand(const std::string& sandbox_id,
   auto log = store::OutputLog::Open(impl_->LogDir(sandbox_id), cmd->rec.id);
   if (!log) return tl::unexpected(log.error());
   cmd->log = std::move(*log);
-  // Durable before the process exists: after a crash the record tells what to look for.
-  SPACE_TRY(impl_->store->PutCommand(cmd->rec));
   {
     std::lock_guard l(sb->cmd_mu);
     sb->by_stream[cmd->rec.stream] = cmd;
@@ -126,7 +124,23 @@ Result<CommandInfo> Platform::StartCommand(const std::string& sandbox_id,
   if (req.user.empty() && (user == "root" || user == "0")) user.clear();
   if (!cwd.empty()) exec["cwd"] = cwd;
   if (!user.empty()) exec["user"] = user;
-  auto resp = sb->session->Call(exec, {}, config_.agent_request_timeout_ms);
+  // The record is committed while the agent starts the process (the fsync overlaps the
+  // fork and exec), and durable before anyone hears of the command. A crash in between
+  // leaves a process without a record: the agent reports it on reconnect and spaced kills
+  // it (ConnectAgent), as nobody was told it exists.
+  Status committed = Ok();
+  auto commit = [&] {
+    impl_->CrashPoint("command.sent");
+    // Under cmd->mu: an exit that arrives meanwhile is recorded after this, not before.
+    std::lock_guard l(cmd->mu);
+    return impl_->store->PutCommand(cmd->rec);
+  };
+  auto resp = sb->session->Call(exec, {}, config_.agent_request_timeout_ms, commit, &committed);
+  if (resp && !committed) {
+    (void)sb->session->Call({{"op", "signal"}, {"stream", cmd->rec.stream}, {"signal", 9}}, {},
+                            config_.agent_request_timeout_ms);
+    resp = tl::unexpected(std::move(committed.error()).Wrap("record the command"));
+  }
   if (!resp) {
     {
       std::lock_guard l(sb->cmd_mu);

@@ -578,6 +578,22 @@ Status Platform::Impl::ConnectAgent(const std::shared_ptr<Sandbox>& sb, int64_t 
       if (auto s = JsonInt(c, "stream")) known.insert(static_cast<uint32_t>(*s));
     }
   }
+  // Commands the agent runs that we have no record of were started just before a crash,
+  // before their record was committed; nobody was told they exist, so they are killed.
+  // New commands must not reuse their streams.
+  std::vector<uint32_t> orphans;
+  {
+    std::lock_guard l(sb->cmd_mu);
+    for (uint32_t s : known) {
+      if (!sb->by_stream.count(s)) orphans.push_back(s);
+      sb->next_stream = std::max(sb->next_stream, s + 1);
+    }
+  }
+  for (uint32_t s : orphans) {
+    spdlog::warn("sandbox {}: killing command stream {} that has no record", sb->rec.id, s);
+    (void)sb->session->Call({{"op", "signal"}, {"stream", s}, {"signal", 9}}, {},
+                            config.agent_request_timeout_ms);
+  }
   std::vector<std::shared_ptr<Command>> lost;
   {
     std::lock_guard l(sb->cmd_mu);

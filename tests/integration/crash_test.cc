@@ -110,6 +110,38 @@ TEST_P(CrashTest, OperationEndsDefinite) {
   }
 }
 
+// A crash after the agent was asked to start a command but before its record was
+// committed: nobody heard of the command, so after the restart it does not exist — its
+// process is killed, it is not listed, and later commands work.
+TEST(CrashCommandTest, CommandStartedBeforeItsRecordIsKilled) {
+  SPACE_REQUIRE_SANDBOXES();
+  Daemon d({"--crash-at", "command.sent"});
+  ASSERT_TRUE(d.Start());
+  std::string sb = CreateSandbox(d.client());
+  ASSERT_FALSE(sb.empty());
+  auto started = d.client().StartCommand(sb, {{"argv", {"sleep", "1000"}}});
+  EXPECT_FALSE(started) << "the daemon should have crashed before answering";
+  ASSERT_TRUE(d.WaitExit(30s));
+  d.SetExtraArgs({});
+  ASSERT_TRUE(d.Start());
+  auto& c = d.client();
+  auto cmds = c.ListCommands(sb);
+  ASSERT_TRUE(cmds) << cmds.error().message;
+  EXPECT_TRUE(cmds->empty()) << cmds->dump();
+  std::string ps;
+  for (int i = 0; i < 40; ++i) {
+    auto r = c.Run(sb, Json{{"cmd", "ps -o args | grep -v grep | grep 'sleep 1000' || true"}});
+    ASSERT_TRUE(r) << r.error().message;
+    ps = r->out;
+    if (ps.empty()) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(ps, "") << "the unrecorded command still runs";
+  auto r = c.Run(sb, Json{{"argv", {"echo", "after"}}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->out, "after\n");
+}
+
 INSTANTIATE_TEST_SUITE_P(Points, CrashTest,
                          ::testing::Values("snapshot.frozen", "snapshot.taken",
                                            "fork.parent_snapshot", "fork.child",
