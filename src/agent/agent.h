@@ -62,6 +62,7 @@ class Agent {
   // Connection.
   void Accept();
   void StartConnection();
+  void SendHello();
   void DropConnection(const char* why);
   void ReadConnection();
   void HandleFrame(Frame& f);
@@ -120,6 +121,7 @@ class Agent {
   int64_t shutdown_deadline_ns_ = 0;
   bool shutdown_killed_ = false;
   int64_t next_fd_poll_ns_ = 0;
+  bool heard_since_hello_ = false;  // a frame arrived since the last HELLO was sent
 };
 
 }  // namespace space::agent
