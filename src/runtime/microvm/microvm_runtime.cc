@@ -876,7 +876,12 @@ class MicrovmRuntime final : public Runtime {
       why = st ? "a probe boot under KVM reached the agent"
                : "a probe boot under KVM did not reach the agent: " + st.error().message;
     }
-    spdlog::info("microvm: acceleration {} ({})", accel_, why);
+    // Falling back to TCG costs a lot of speed: say so above the info level.
+    if (accel_ == "kvm") {
+      spdlog::info("microvm: acceleration kvm ({})", why);
+    } else {
+      spdlog::warn("microvm: acceleration tcg ({})", why);
+    }
     Json j = {{"accel", accel_}, {"why", why}, {"identity", identity}};
     (void)sys::WriteFileAtomic(cache, j.dump(), 0644);
     return accel_;
