@@ -413,7 +413,6 @@ void Agent::SendHello() {
     c->exit_sent = false;
   }
   SendFrame(FrameType::kHello, 0, Dump(Hello()));
-  heard_since_hello_ = false;
 }
 
 void Agent::DropConnection(const char* why) {
@@ -471,17 +470,15 @@ void Agent::ReadConnection() {
 void Agent::HandleFrame(Frame& f) {
   if (f.type == FrameType::kRequest && f.stream == kHelloRequest) {
     // A host that (re)attached asks for the HELLO. On a serial port a quick detach and
-    // re-attach may pass unnoticed, so this is how a new host is told apart from the
-    // old one: anything heard since the last HELLO came from an earlier host.
-    if (heard_since_hello_) {
-      AGENT_LOG_INFO("host asked for HELLO: starting a new connection");
-      out_.clear();
-      out_pos_ = 0;
-      SendHello();
-    }
+    // re-attach may pass unnoticed, so the agent cannot tell whether its last HELLO went
+    // to this host: it always starts over (a host that already got one sees a second).
+    // Frames queued and not yet begun are dropped (they are retransmitted); a frame
+    // partly written is finished first, so the stream stays well-formed.
+    AGENT_LOG_DEBUG("host asked for HELLO");
+    if (out_pos_ == 0) out_.clear();
+    SendHello();
     return;
   }
-  heard_since_hello_ = true;
   switch (f.type) {
     case FrameType::kRequest:
       HandleRequest(f.stream, f.payload);

@@ -121,7 +121,6 @@ class Agent {
   int64_t shutdown_deadline_ns_ = 0;
   bool shutdown_killed_ = false;
   int64_t next_fd_poll_ns_ = 0;
-  bool heard_since_hello_ = false;  // a frame arrived since the last HELLO was sent
 };
 
 }  // namespace space::agent
