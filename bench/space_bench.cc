@@ -4,6 +4,8 @@
 //   create -> first output of `echo`   vs  bare `crun run -d` -> first output, same rootfs
 //   command round trip (`true`)        vs  bare fork+exec+wait of /bin/true
 //   output throughput of one command (head -c 1G /dev/zero), end to end over HTTP
+//   with --microvm N: microVM cold boot vs start from the template snapshot (each to first
+//   output), full snapshot time and size of a 256 MiB guest, fork of a running VM
 //
 // Usage: space_bench --url URL --key KEY --data-dir DIR [--n 30] [--bytes 1073741824]
 #include <fcntl.h>
@@ -16,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <thread>
 
 #include "bench/stats.h"
@@ -83,6 +86,96 @@ Result<double> FirstOutputMs(client::Client& c, const std::string& id, Clock::ti
   return *first;
 }
 
+// create (with `body`) -> first stdout byte of `echo hi`; deletes the sandbox unless `keep`.
+Result<double> CreateToFirstOutput(client::Client& c, const Json& body, std::string* keep) {
+  auto t0 = Clock::now();
+  auto sb = c.CreateSandbox(body, std::chrono::seconds(120));
+  if (!sb) return tl::unexpected(sb.error());
+  std::string id = (*sb)["sandbox"]["id"];
+  auto ms = FirstOutputMs(c, id, t0);
+  if (!ms) return tl::unexpected(ms.error());
+  if (keep) {
+    *keep = id;
+  } else {
+    (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
+  }
+  return ms;
+}
+
+// microVM figures (256 MiB guests): cold boot (a daemon started with
+// --no-microvm-template-snapshots) and start from the template snapshot, each to the first
+// output; a full snapshot (time and size) and a fork of a running VM.
+int MicrovmBench(client::Client& c, client::Client* cold, int n) {
+  const Json body = {{"runtime", "microvm"}, {"limits", {{"memory_bytes", 256 << 20}}}};
+  std::vector<double> cold_ms, warm_ms, snap_ms, fork_ms;
+  // The first create of the template boots it once and saves the template snapshot.
+  std::string id;
+  auto first = CreateToFirstOutput(c, body, &id);
+  if (!first) {
+    std::fprintf(stderr, "microvm create: %s\n", first.error().message.c_str());
+    return 1;
+  }
+  std::printf("%-34s %8.2f ms (boot + template snapshot, once per template)\n",
+              "microvm first create", *first);
+  for (int i = 0; cold && i < n; ++i) {
+    auto ms = CreateToFirstOutput(*cold, body, nullptr);
+    if (!ms) {
+      std::fprintf(stderr, "microvm cold create: %s\n", ms.error().message.c_str());
+      return 1;
+    }
+    cold_ms.push_back(*ms);
+  }
+  for (int i = 0; i < n; ++i) {
+    auto ms = CreateToFirstOutput(c, body, nullptr);
+    if (!ms) {
+      std::fprintf(stderr, "microvm create: %s\n", ms.error().message.c_str());
+      return 1;
+    }
+    warm_ms.push_back(*ms);
+  }
+  // Dirty some guest memory so the snapshot is not just a fresh boot.
+  (void)c.Run(id, std::vector<std::string>{"sh", "-c", "head -c 64m /dev/urandom > /dev/shm/fill"});
+  int64_t snap_bytes = 0;
+  for (int i = 0; i < n; ++i) {
+    auto t0 = Clock::now();
+    auto snap = c.SnapshotAndWait(id);
+    if (!snap) {
+      std::fprintf(stderr, "microvm snapshot: %s\n", snap.error().message.c_str());
+      return 1;
+    }
+    snap_ms.push_back(Ms(Clock::now() - t0));
+    for (int k = 0; k < 50; ++k) {
+      auto info = c.GetSnapshot(*snap);
+      if (info && (*info)["size"].is_number() && (*info)["size"].get<int64_t>() > 0) {
+        snap_bytes = (*info)["size"].get<int64_t>();
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    (void)c.Call("DELETE", "/v1/snapshots/" + *snap);
+  }
+  for (int i = 0; i < n; ++i) {
+    auto t0 = Clock::now();
+    auto forks = c.ForkAndWait(id, 1);
+    if (!forks || forks->empty() || (*forks)[0].state != "running") {
+      std::fprintf(stderr, "microvm fork failed\n");
+      return 1;
+    }
+    fork_ms.push_back(Ms(Clock::now() - t0));
+    (void)c.DeleteSandboxAndWait((*forks)[0].id, std::chrono::seconds(60));
+  }
+  (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
+  if (cold) {
+    Print("microvm cold boot -> first output", Summarize(cold_ms), Summarize(cold_ms));
+  }
+  Print("microvm template snapshot -> output", Summarize(warm_ms), Summarize(cold_ms));
+  Print("microvm snapshot, 256 MiB guest", Summarize(snap_ms), Summarize(warm_ms));
+  std::printf("%-34s %.1f MiB (memory stream + disk overlay)\n", "microvm snapshot size",
+              snap_bytes / 1048576.0);
+  Print("microvm fork x1 (running VM)", Summarize(fork_ms), Summarize(warm_ms));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -95,10 +188,26 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", data_dir)->required();
   app.add_option("--n", n);
   app.add_option("--bytes", bytes);
+  int microvm_n = 0;
+  bool microvm_only = false;
+  std::string cold_url, cold_key;
+  app.add_option("--microvm", microvm_n, "microVM figures with N samples each (0: skip)");
+  app.add_flag("--microvm-only", microvm_only, "only the microVM figures");
+  app.add_option("--microvm-cold-url", cold_url, "a spaced without template snapshots (cold boots)");
+  app.add_option("--microvm-cold-key", cold_key);
   CLI11_PARSE(app, argc, argv);
   client::Client c(url, key);
   if (!c.Health()) {
     std::fprintf(stderr, "spaced is not answering at %s\n", url.c_str());
+    return 1;
+  }
+  if (microvm_n > 0) {
+    std::unique_ptr<client::Client> cold;
+    if (!cold_url.empty()) cold = std::make_unique<client::Client>(cold_url, cold_key);
+    if (int rc = MicrovmBench(c, cold.get(), microvm_n); rc != 0) return rc;
+    if (microvm_only) return 0;
+  } else if (microvm_only) {
+    std::fprintf(stderr, "--microvm-only needs --microvm N\n");
     return 1;
   }
 

@@ -10,6 +10,7 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   crun runc btrfs-progs busybox-static util-linux iproute2 procps curl python3
   nodejs
+  qemu-system-x86 qemu-utils linux-image-cloud-amd64 lz4 cpio e2fsprogs kmod
 )
 # npm (the E2B SDK compatibility tests install the pinned SDK with `npm ci`): Debian's
 # package, unless the installed nodejs already brings its own npm.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tears down what a spaced left on the host for one data dir: its sandboxes (containers),
+# Tears down what a spaced left on the host for one data dir: its sandboxes (containers, VMs),
 # the mounts under the data dir (storage pool, runtime namespace), and with --purge the
 # data dir itself. Stop spaced first (it leaves sandboxes running on purpose).
 # Usage: scripts/space-down.sh DATA_DIR [--purge]
@@ -24,6 +24,15 @@ if [ -d "$STATE" ]; then
     [ -d "$dir" ] && rmdir "$dir" 2>/dev/null || true
   done
 fi
+# microVMs: each QEMU's pid is in its state dir; kill it only if its command line is ours.
+for pf in "$DATA"/runtime/microvm/vms/*/qemu.pid; do
+  [ -f "$pf" ] || continue
+  pid=$(cat "$pf")
+  id=$(basename "$(dirname "$pf")")
+  if tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -- "-name space-vm-$id "; then
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+done
 # Unmount deepest first.
 grep -F " $DATA" /proc/self/mountinfo | awk '{print $5}' | sort -r | while read -r m; do
   umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true

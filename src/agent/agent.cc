@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <linux/random.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -286,6 +288,10 @@ int Agent::Run() {
           Accept();
           break;
         case kConnTag:
+          if (id == conn_gen_ && !conn_live_ && opts_.fd >= 0) {
+            next_fd_poll_ns_ = 0;  // the port changed state: look now (below)
+            break;
+          }
           if (id != conn_gen_ || !conn_live_) break;
           if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) ReadConnection();
           if (conn_live_ && (ev & EPOLLOUT)) Flush();
@@ -389,20 +395,26 @@ void Agent::Accept() {
 }
 
 void Agent::StartConnection() {
+  // --fd mode: drop the edge-triggered watch of the disconnected port first.
+  if (conn_events_) SetInterest(conn_.get(), 0, 0, &conn_events_);
   conn_live_ = true;
   ++conn_gen_;
   conn_events_ = 0;
   decoder_ = FrameDecoder();
   out_.clear();
   out_pos_ = 0;
+  SendHello();
+  AGENT_LOG_DEBUG("host connected (%zu commands remembered)", commands_.size());
+  UpdateConnectionInterest();
+}
+
+void Agent::SendHello() {
   // Everything unacknowledged is sent again, each chunk at its absolute offset.
   for (auto& [s, c] : commands_) {
     for (auto& o : c->out) o.sent = o.acked;
     c->exit_sent = false;
   }
   SendFrame(FrameType::kHello, 0, Dump(Hello()));
-  AGENT_LOG_DEBUG("host connected (%zu commands remembered)", commands_.size());
-  UpdateConnectionInterest();
 }
 
 void Agent::DropConnection(const char* why) {
@@ -414,6 +426,12 @@ void Agent::DropConnection(const char* why) {
   decoder_ = FrameDecoder();
   if (opts_.fd >= 0) {
     next_fd_poll_ns_ = MonotonicNanos() + kFdPollIntervalNs;
+    // A virtio-serial port wakes its pollers when the host attaches: edge-triggered
+    // interest reports that change at once (the timer above stays as a fallback for
+    // devices that do not). Level-triggered it would spin on the standing hang-up.
+    ++conn_gen_;
+    SetInterest(conn_.get(), Tag(kConnTag, conn_gen_), EPOLLIN | EPOLLOUT | EPOLLET,
+                &conn_events_);
   } else {
     conn_.Reset();
   }
@@ -452,6 +470,17 @@ void Agent::ReadConnection() {
 }
 
 void Agent::HandleFrame(Frame& f) {
+  if (f.type == FrameType::kRequest && f.stream == kHelloRequest) {
+    // A host that (re)attached asks for the HELLO. On a serial port a quick detach and
+    // re-attach may pass unnoticed, so the agent cannot tell whether its last HELLO went
+    // to this host: it always starts over (a host that already got one sees a second).
+    // Frames queued and not yet begun are dropped (they are retransmitted); a frame
+    // partly written is finished first, so the stream stays well-formed.
+    AGENT_LOG_DEBUG("host asked for HELLO");
+    if (out_pos_ == 0) out_.clear();
+    SendHello();
+    return;
+  }
   switch (f.type) {
     case FrameType::kRequest:
       HandleRequest(f.stream, f.payload);
@@ -538,6 +567,56 @@ Json Agent::Hello() const {
 // ---------------------------------------------------------------------------------------
 // Requests.
 
+// `sync`: a microVM restored from a snapshot wakes with the clock, host name, machine id
+// and random state of the moment the snapshot was taken. The host sends the real time,
+// the clone's identity and fresh entropy; each step is best effort (a container's agent
+// may not set the clock) and the response says which were applied.
+namespace {
+
+std::string FromHex(const std::string& hex) {
+  std::string out;
+  if (hex.size() % 2) return out;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  }
+  return out;
+}
+
+Json SyncIdentity(const Json& j) {
+  Json out = {{"ok", true}};
+  if (auto t = JsonInt(j, "time_ns"); t && *t > 0) {
+    struct timespec ts = {static_cast<time_t>(*t / 1'000'000'000), static_cast<long>(*t % 1'000'000'000)};
+    out["clock_set"] = ::clock_settime(CLOCK_REALTIME, &ts) == 0;
+  }
+  if (auto h = JsonString(j, "hostname"); h && !h->empty() && h->size() < 64) {
+    out["hostname_set"] = ::sethostname(h->data(), h->size()) == 0;
+  }
+  if (auto id = JsonString(j, "machine_id");
+      id && id->size() == 32 && id->find_first_not_of("0123456789abcdef") == std::string::npos) {
+    out["machine_id_set"] = sys::WriteFileAtomic("/etc/machine-id", *id + "\n", 0444).has_value();
+  }
+  if (auto e = JsonString(j, "entropy"); e && !e->empty() && e->size() <= 1024) {
+    std::string bytes =
+        e->find_first_not_of("0123456789abcdef") == std::string::npos ? FromHex(*e) : "";
+    bool added = false;
+    int fd = ::open("/dev/random", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0 && !bytes.empty()) {
+      std::string buf(sizeof(struct rand_pool_info) + bytes.size(), '\0');
+      auto* info = reinterpret_cast<struct rand_pool_info*>(buf.data());
+      info->entropy_count = static_cast<int>(bytes.size() * 8);
+      info->buf_size = static_cast<int>(bytes.size());
+      std::memcpy(info->buf, bytes.data(), bytes.size());
+      added = ::ioctl(fd, RNDADDENTROPY, info) == 0;
+      if (added) (void)::ioctl(fd, RNDRESEEDCRNG);
+    }
+    if (fd >= 0) ::close(fd);
+    out["entropy_added"] = added;
+  }
+  return out;
+}
+
+}  // namespace
+
 void Agent::HandleRequest(uint32_t request, std::string_view payload) {
   auto m = DecodeMessage(payload);
   if (!m) return RespondError(request, m.error());
@@ -552,6 +631,8 @@ void Agent::HandleRequest(uint32_t request, std::string_view payload) {
       SignalOp(request, m->json);
     } else if (*op == "resize") {
       ResizeOp(request, m->json);
+    } else if (*op == "sync") {
+      Respond(request, SyncIdentity(m->json));
     } else if (FileService::IsFileOp(*op)) {
       auto r = files_.Handle(*op, m->json, m->body);
       if (!r) return RespondError(request, r.error());

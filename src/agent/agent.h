@@ -62,6 +62,7 @@ class Agent {
   // Connection.
   void Accept();
   void StartConnection();
+  void SendHello();
   void DropConnection(const char* why);
   void ReadConnection();
   void HandleFrame(Frame& f);

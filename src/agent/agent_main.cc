@@ -1,6 +1,6 @@
 // space-agent: the in-sandbox agent (PID 1 in every sandbox). See docs/agent-protocol.md.
 //
-//   space-agent --listen PATH | --fd N  [--root DIR] [--window BYTES] [--verbose]
+//   space-agent --listen PATH | --fd N | --channel DEV  [--root DIR] [--window BYTES] [--verbose]
 #include <fcntl.h>
 #include <net/if.h>
 #include <signal.h>
@@ -23,7 +23,8 @@ using space::agent::AgentOptions;
 
 void Usage() {
   std::fprintf(stderr,
-               "usage: space-agent (--listen PATH | --fd N) [--root DIR] [--window BYTES] "
+               "usage: space-agent (--listen PATH | --fd N | --channel DEV) [--root DIR] "
+               "[--window BYTES] "
                "[--verbose]\n");
 }
 
@@ -82,6 +83,19 @@ int main(int argc, char** argv) {
       uint64_t fd;
       if (!ParseU64(v, &fd) || fd > 1 << 20) return Usage(), 2;
       opts.fd = static_cast<int>(fd);
+    } else if (a == "--channel" && (v = value())) {
+      // A character device (the microVM's virtio-serial port): opened here, then served
+      // exactly like --fd. It may appear a moment after boot.
+      int fd = -1;
+      for (int tries = 0; tries < 500 && fd < 0; ++tries) {
+        fd = ::open(v, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0) ::usleep(10000);
+      }
+      if (fd < 0) {
+        AGENT_LOG_ERROR("open %s: %s", v, strerror(errno));
+        return 1;
+      }
+      opts.fd = fd;
     } else if (a == "--root" && (v = value())) {
       opts.root = v;
     } else if (a == "--window" && (v = value())) {

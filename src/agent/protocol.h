@@ -27,6 +27,8 @@ inline constexpr uint64_t kOutputWindow = 8ull << 20;     // unacknowledged byte
 // stay below it (the agent closes the command's stdin when a STDIN frame would exceed it).
 inline constexpr uint64_t kMaxPendingStdin = 8ull << 20;
 inline constexpr uint32_t kMaxFileChunk = 2u << 20;       // read/write body per request
+// A REQUEST on this stream id (any payload) asks the agent for a fresh HELLO; no response.
+inline constexpr uint32_t kHelloRequest = 0xffffffffu;
 
 enum class FrameType : uint8_t {
   kHello = 1,     // agent -> host, stream 0, JSON

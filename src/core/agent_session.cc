@@ -70,6 +70,13 @@ Result<std::shared_ptr<AgentSession>> AgentSession::Connect(const std::string& s
     std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
     delay_us = std::min(delay_us * 2, 20000);
   }
+  // Ask for the HELLO explicitly: an agent on a serial port may not have noticed that its
+  // previous host went away (a quick detach and re-attach), and would otherwise go on
+  // as if nothing happened. An agent that just sent its HELLO ignores the request.
+  std::string hello_request = agent::EncodeFrame(FrameType::kRequest, agent::kHelloRequest,
+                                                 agent::EncodeMessage(Json{{"op", "hello"}}));
+  if (auto st = sys::WriteAll(fd.get(), hello_request); !st)
+    return Fail(Errc::kUnavailable, "agent write: " + st.error().message);
   std::shared_ptr<AgentSession> s(new AgentSession(std::move(fd), std::move(handlers)));
   // The reader holds only a weak reference: the session's owner decides its lifetime.
   s->reader_ = std::thread([s_raw = s.get(), weak = std::weak_ptr<AgentSession>(s)] {
@@ -134,7 +141,7 @@ Result<agent::Message> AgentSession::Call(const Json& request, std::string_view 
     std::lock_guard lock(mu_);
     if (!connected_) return Fail(Errc::kUnavailable, "sandbox agent is not connected");
     id = next_request_++;
-    if (next_request_ == 0) next_request_ = 1;
+    if (next_request_ == 0 || next_request_ == agent::kHelloRequest) next_request_ = 1;
     pending_[id];
   }
   auto st = Send(agent::EncodeFrame(FrameType::kRequest, id, agent::EncodeMessage(request, body)));

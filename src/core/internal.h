@@ -128,9 +128,14 @@ struct Platform::Impl {
   void RunSnapshot(std::shared_ptr<Sandbox> sb, store::OperationRecord op, std::string snap_id);
   void RunFork(std::shared_ptr<Sandbox> sb, store::OperationRecord op,
                std::vector<std::shared_ptr<Sandbox>> children);
-  // Takes a storage snapshot of a sandbox's root with its processes frozen for the instant.
-  // Caller holds sb->mu.
+  // Takes a storage snapshot of a sandbox's root with its processes frozen for the instant
+  // (a runtime that owns its disk takes a full snapshot itself). Caller holds sb->mu.
   Status FrozenSnapshot(Sandbox& sb, const std::string& snap_id);
+  // The runtime whose own snapshots hold snapshots of sandboxes of runtime `rt_name`
+  // (Capabilities::own_disk), or nullptr when the storage driver holds them.
+  runtime::Runtime* SnapshotRuntime(const std::string& rt_name);
+  // Snapshot data, wherever it is kept (storage driver or runtime).
+  Status DeleteSnapshotData(const std::string& rt_name, const std::string& snap_id);
   // Scheduled snapshots and pruning (reaper).
   void ScheduledSnapshots(const std::shared_ptr<Sandbox>& sb, int64_t now);
   void RunDelete(std::shared_ptr<Sandbox> sb, store::OperationRecord op);

@@ -112,8 +112,13 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
           sb->session->Close();
           sb->session.reset();
         }
-        LoseCommands(*sb, "the sandbox was suspended; its processes were stopped");
-        SPACE_TRY_WRAP(rt->Destroy(id), "stop instance");
+        if (rt->Caps().suspend_keeps_processes) {
+          // Memory and devices go to disk; the commands continue on wake.
+          SPACE_TRY_WRAP(rt->Suspend(id), "suspend instance");
+        } else {
+          LoseCommands(*sb, "the sandbox was suspended; its processes were stopped");
+          SPACE_TRY_WRAP(rt->Destroy(id), "stop instance");
+        }
         CrashPoint("suspend.stopped");
         sb->rec.state = "suspended";
         sb->rec.reason.clear();
@@ -122,10 +127,15 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
       // wake
       sb->rec.state = rule->transitional;
       SPACE_TRY(SaveSandbox(*sb));
-      SPACE_TRY_WRAP(storage->Remount(id), "mount root filesystem");
-      std::string root = storage->RootPath(id);
-      if (root.empty()) return Fail(Errc::kInternal, "the sandbox's root filesystem is gone");
-      auto started = rt->Start(InstanceSpecFor(sb->rec, root));
+      Status started;
+      if (rt->Caps().suspend_keeps_processes) {
+        started = rt->Wake(InstanceSpecFor(sb->rec, ""));
+      } else {
+        SPACE_TRY_WRAP(storage->Remount(id), "mount root filesystem");
+        std::string root = storage->RootPath(id);
+        if (root.empty()) return Fail(Errc::kInternal, "the sandbox's root filesystem is gone");
+        started = rt->Start(InstanceSpecFor(sb->rec, root));
+      }
       if (!started) return tl::unexpected(std::move(started.error()).Wrap("start instance"));
       CrashPoint("wake.started");
       SPACE_TRY_WRAP(ConnectAgent(sb, config.agent_connect_timeout_ms), "connect to agent");
@@ -142,7 +152,22 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
     }
     if (!st) {
       // Roll back to a definite state: what the runtime really says.
-      if (op.kind == "wake" || op.kind == "suspend") {
+      if ((op.kind == "wake" || op.kind == "suspend") && rt && rt->Caps().suspend_keeps_processes) {
+        // The runtime keeps the saved state on a failed wake; a failed suspend leaves
+        // the instance as it was (running, or gone).
+        if (sb->session) {
+          sb->session->Close();
+          sb->session.reset();
+        }
+        auto state = op.kind == "suspend" ? rt->Inspect(id) : Result<runtime::InstanceState>(runtime::InstanceState::kStopped);
+        if (state && *state == runtime::InstanceState::kRunning &&
+            ConnectAgent(sb, config.agent_connect_timeout_ms)) {
+          sb->rec.state = "running";
+        } else {
+          sb->rec.state = "suspended";
+        }
+        sb->rec.reason = op.kind + " failed: " + st.error().message;
+      } else if (op.kind == "wake" || op.kind == "suspend") {
         if (sb->session) {
           sb->session->Close();
           sb->session.reset();

@@ -318,7 +318,15 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
     rt = config.default_runtime;
     *source_digest = tmpl->digest;
   }
-  if (!req.runtime.empty()) rt = req.runtime;
+  if (!req.runtime.empty()) {
+    // A full snapshot (memory and devices) only starts under the runtime that took it;
+    // a filesystem snapshot only under a runtime that uses the storage driver.
+    if (!req.snapshot_id.empty() && req.runtime != rt &&
+        (SnapshotRuntime(rt) || SnapshotRuntime(req.runtime)))
+      return Fail(Errc::kInvalidArgument, "snapshot " + req.snapshot_id + " was taken by runtime " +
+                                              rt + " and cannot start a " + req.runtime + " sandbox");
+    rt = req.runtime;
+  }
   if (runtimes.find(rt) == runtimes.end())
     return Fail(Errc::kInvalidArgument, "unknown runtime \"" + rt + "\"");
   const auto& l = req.limits;
@@ -461,12 +469,25 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
     const Json* lj = JsonField(sb->rec.spec, "limits");
     runtime::Limits limits = LimitsFromJson(lj ? *lj : Json::object());
     const int64_t t0 = MonotonicNanos();
-    auto root = snapshot.empty()
-                    ? storage->CreateRoot(sb->rec.id, DigestHex(digest), limits.disk_bytes)
-                    : storage->CreateRootFromSnapshot(sb->rec.id, snapshot, limits.disk_bytes);
+    runtime::InstanceSpec spec;
+    if (rt->Caps().own_disk) {
+      // The runtime builds the disk itself: from the template's layer, or its snapshot.
+      spec = InstanceSpecFor(sb->rec, "");
+      spec.snapshot_id = snapshot;
+      if (snapshot.empty()) {
+        auto layer = storage->LayerPath(DigestHex(digest));
+        if (!layer) return tl::unexpected(std::move(layer.error()).Wrap("template layer"));
+        spec.template_dir = *layer;
+        spec.template_digest = digest;
+      }
+    } else {
+      auto root = snapshot.empty()
+                      ? storage->CreateRoot(sb->rec.id, DigestHex(digest), limits.disk_bytes)
+                      : storage->CreateRootFromSnapshot(sb->rec.id, snapshot, limits.disk_bytes);
+      if (!root) return tl::unexpected(std::move(root.error()).Wrap("create root filesystem"));
+      spec = InstanceSpecFor(sb->rec, *root);
+    }
     const int64_t t1 = MonotonicNanos();
-    if (!root) return tl::unexpected(std::move(root.error()).Wrap("create root filesystem"));
-    runtime::InstanceSpec spec = InstanceSpecFor(sb->rec, *root);
     SPACE_TRY_WRAP(rt->Start(spec), "start " + sb->rec.runtime + " instance");
     const int64_t t2 = MonotonicNanos();
     SPACE_TRY_WRAP(ConnectAgent(sb, config.agent_connect_timeout_ms), "connect to agent");
@@ -597,6 +618,9 @@ Status Platform::Impl::ConnectAgent(const std::shared_ptr<Sandbox>& sb, int64_t 
   std::vector<std::shared_ptr<Command>> lost;
   {
     std::lock_guard l(sb->cmd_mu);
+    // Streams the agent still uses are never handed out again (a sandbox restored from
+    // another one's memory inherits that one's commands).
+    for (uint32_t s : known) sb->next_stream = std::max(sb->next_stream, s + 1);
     for (auto it = sb->by_stream.begin(); it != sb->by_stream.end();) {
       if (known.count(it->first)) {
         ++it;
@@ -784,7 +808,7 @@ void Platform::Impl::RunDelete(std::shared_ptr<Sandbox> sb, store::OperationReco
   if (st && JsonBoolOr(op.request, "delete_snapshots", false)) {
     if (auto snaps = store->ListSnapshots(sb->rec.id)) {
       for (const auto& snap : *snaps) {
-        if (auto d = storage->DeleteSnapshot(snap.id); !d) {
+        if (auto d = DeleteSnapshotData(JsonStringOr(snap.source, "runtime", ""), snap.id); !d) {
           st = tl::unexpected(std::move(d.error()).Wrap("delete snapshot " + snap.id));
           break;
         }
@@ -895,8 +919,13 @@ Status Platform::Recover() {
       }
       sb->next_stream = 1;
       SPACE_TRY(impl.LoadLiveCommands(*sb));
-      impl.LoseCommands(*sb, "the sandbox is in state " + rec.state);
-      (void)rt->Destroy(rec.id);
+      if (sb->rec.state == "suspended" && rt->Caps().suspend_keeps_processes) {
+        // The instance's saved state holds its processes: they continue on wake.
+        keep_instances.insert(rec.id);
+      } else {
+        impl.LoseCommands(*sb, "the sandbox is in state " + rec.state);
+        (void)rt->Destroy(rec.id);
+      }
     }
     std::lock_guard lock(impl.mu);
     impl.sandboxes[rec.id] = sb;
@@ -919,9 +948,11 @@ Status Platform::Recover() {
     for (auto snap : *snaps) {
       if (snap.state == "ready") {
         known_snapshots.insert(snap.id);
-      } else if (impl.storage->HasSnapshot(snap.id)) {
+      } else if (auto* srt = impl.SnapshotRuntime(JsonStringOr(snap.source, "runtime", ""));
+                 srt ? srt->HasSnapshot(snap.id) : impl.storage->HasSnapshot(snap.id)) {
         snap.state = "ready";
-        if (auto size = impl.storage->SnapshotSize(snap.id)) snap.size = *size;
+        if (auto size = srt ? srt->SnapshotSize(snap.id) : impl.storage->SnapshotSize(snap.id))
+          snap.size = *size;
         (void)impl.store->PutSnapshot(snap);
         known_snapshots.insert(snap.id);
       } else {
@@ -933,6 +964,14 @@ Status Platform::Recover() {
     if (known_snapshots.count(id)) continue;
     spdlog::info("recovery: removing orphan snapshot {}", id);
     (void)impl.storage->DeleteSnapshot(id);
+  }
+  for (auto& [name, rt] : impl.runtimes) {
+    if (!rt->Caps().own_disk) continue;
+    for (const auto& id : rt->ListSnapshots()) {
+      if (known_snapshots.count(id)) continue;
+      spdlog::info("recovery: removing orphan {} snapshot {}", name, id);
+      (void)rt->DeleteSnapshot(id);
+    }
   }
   // Orphans: instances, roots and logs without a sandbox record.
   for (auto& [name, rt] : impl.runtimes) {

@@ -11,6 +11,7 @@
 #include "api/api.h"
 #include "auth/auth.h"
 #include "core/core.h"
+#include "runtime/microvm/microvm.h"
 #include "runtime/oci/oci.h"
 #include "storage/storage.h"
 #include "store/store.h"
@@ -94,6 +95,21 @@ int main(int argc, char** argv) {
   bool no_auth = false, behind_tls_proxy = false, rotate_token_key = false;
   std::vector<std::string> drop_token_keys;
   int64_t token_ttl_s = 24 * 3600;
+  std::string default_runtime = "oci";
+  runtime::MicrovmOptions mvm;
+  std::string guest_dir = sys::SelfExeDir() + "/../share/space/microvm";
+  mvm.kernel = guest_dir + "/vmlinux";
+  mvm.initrd = guest_dir + "/initrd.cpio";
+  bool no_template_snapshots = false;
+  app.add_option("--default-runtime", default_runtime, "runtime of sandboxes that name none (oci, microvm)")
+      ->capture_default_str();
+  app.add_option("--microvm-kernel", mvm.kernel, "microVM guest kernel (vmlinux)")->capture_default_str();
+  app.add_option("--microvm-initrd", mvm.initrd, "microVM initramfs with space-agent")->capture_default_str();
+  app.add_option("--microvm-accel", mvm.accel, "auto (probe KVM, else TCG), kvm or tcg")->capture_default_str();
+  app.add_option("--microvm-boot-timeout-ms", mvm.boot_timeout_ms, "QEMU start -> guest agent up")
+      ->capture_default_str();
+  app.add_flag("--no-microvm-template-snapshots", no_template_snapshots,
+               "boot every microVM instead of restoring a per-template snapshot");
   app.add_option("--listen", listen, "address:port to serve the API on")->capture_default_str();
   app.add_option("--data-dir", data_dir, "where state, templates and sandboxes live")
       ->capture_default_str();
@@ -199,6 +215,14 @@ int main(int argc, char** argv) {
   if (!oci_rt) return Fatal("oci runtime", oci_rt.error());
   std::map<std::string, std::unique_ptr<runtime::Runtime>> runtimes;
   runtimes["oci"] = std::move(*oci_rt);
+  mvm.state_dir = data_dir + "/runtime/microvm";
+  mvm.template_uid_shift = no_userns ? 0 : storage::kDefaultUidShift;
+  mvm.template_snapshots = !no_template_snapshots;
+  if (auto rp = sys::RealPath(mvm.kernel)) mvm.kernel = *rp;
+  if (auto rp = sys::RealPath(mvm.initrd)) mvm.initrd = *rp;
+  auto mvm_rt = runtime::CreateMicrovmRuntime(mvm);
+  if (!mvm_rt) return Fatal("microvm runtime", mvm_rt.error());
+  runtimes["microvm"] = std::move(*mvm_rt);
 
   core::Config config;
   config.data_dir = data_dir;
@@ -206,6 +230,7 @@ int main(int argc, char** argv) {
   config.uid_shift = no_userns ? 0 : storage::kDefaultUidShift;
   config.crash_point = crash_point;
   config.max_creating = max_creating;
+  config.default_runtime = default_runtime;
   for (const auto& wp : warm_pools) {
     size_t eq = wp.rfind('=');
     int n = eq == std::string::npos ? -1 : std::atoi(wp.c_str() + eq + 1);

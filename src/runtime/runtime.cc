@@ -12,4 +12,21 @@ std::string_view InstanceStateName(InstanceState s) {
   return "missing";
 }
 
+namespace {
+Status Unsupported(const Runtime& rt, const char* what) {
+  return Fail(Errc::kInvalidArgument,
+              "runtime " + std::string(rt.Name()) + " does not support " + what);
+}
+}  // namespace
+
+Status Runtime::Snapshot(const std::string&, const std::string&) {
+  return Unsupported(*this, "full snapshots");
+}
+Status Runtime::DeleteSnapshot(const std::string&) { return Ok(); }
+Result<int64_t> Runtime::SnapshotSize(const std::string& snapshot_id) const {
+  return Fail(Errc::kNotFound, "no snapshot " + snapshot_id);
+}
+Status Runtime::Suspend(const std::string&) { return Unsupported(*this, "suspend with processes"); }
+Status Runtime::Wake(const InstanceSpec&) { return Unsupported(*this, "wake with processes"); }
+
 }  // namespace space::runtime

@@ -31,6 +31,12 @@ struct InstanceSpec {
   std::string hostname;
   Limits limits;
   bool network = false;                  // false: a private netns with loopback only
+  // Runtimes that keep the sandbox's disk themselves (Capabilities::own_disk; rootfs is
+  // then unused): the template's read-only tree and content digest to build the disk
+  // from, or a snapshot of this runtime to start from (memory, devices and disk).
+  std::string template_dir;
+  std::string template_digest;
+  std::string snapshot_id;
 };
 
 enum class InstanceState { kRunning, kPaused, kStopped, kMissing };
@@ -41,6 +47,9 @@ struct Capabilities {
   bool pause_keeps_memory = true;
   bool suspend_keeps_processes = false;
   std::vector<std::string> snapshot_kinds;   // "filesystem", "full"
+  // The runtime keeps each sandbox's disk and its snapshots itself (microvm): core then
+  // creates no storage root and routes snapshots, fork and suspend through the runtime.
+  bool own_disk = false;
 };
 
 class Runtime {
@@ -65,6 +74,22 @@ class Runtime {
   [[nodiscard]] virtual Result<std::vector<std::string>> List() = 0;
   // Host path of the unix socket the instance's agent listens on.
   virtual std::string AgentSocketPath(const std::string& id) const = 0;
+
+  // --- Runtimes with Capabilities::own_disk (the defaults answer "not supported") ---
+
+  // Saves the instance's whole state (memory, devices, disk) as snapshot `snapshot_id`;
+  // a running instance is stopped for the instant and continues afterwards, a suspended
+  // one is copied. Start() with InstanceSpec::snapshot_id starts a new instance from it.
+  [[nodiscard]] virtual Status Snapshot(const std::string& id, const std::string& snapshot_id);
+  [[nodiscard]] virtual Status DeleteSnapshot(const std::string& snapshot_id);  // ok if missing
+  virtual bool HasSnapshot(const std::string& snapshot_id) const { return false; }
+  virtual std::vector<std::string> ListSnapshots() const { return {}; }
+  [[nodiscard]] virtual Result<int64_t> SnapshotSize(const std::string& snapshot_id) const;
+  // Capabilities::suspend_keeps_processes: saves the instance's state to disk and ends
+  // its process (Inspect then says kStopped); Wake() brings it back with its processes.
+  // A failed Wake leaves the saved state in place.
+  [[nodiscard]] virtual Status Suspend(const std::string& id);
+  [[nodiscard]] virtual Status Wake(const InstanceSpec& spec);
 };
 
 }  // namespace space::runtime

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "cli/client.h"
+#include "runtime/microvm/microvm.h"
 #include "runtime/oci/oci.h"
 #include "storage/storage.h"
 #include "sys/sys.h"
@@ -174,6 +175,19 @@ class Daemon {
     if (const char* agent = std::getenv("SPACE_TEST_AGENT"); agent && *agent) o.agent_binary = agent;
     if (sys::Exists(o.state_dir)) {
       if (auto rt = runtime::CreateOciRuntime(o)) {
+        if (auto ids = (*rt)->List()) {
+          for (const auto& id : *ids) (void)(*rt)->Destroy(id);
+        }
+      }
+    }
+    // VMs likewise (their QEMU runs detached, found through the runtime's state dir).
+    runtime::MicrovmOptions m;
+    m.state_dir = data_dir_ + "/runtime/microvm";
+    m.accel = "tcg";
+    m.kernel = BinDir() + "/../share/space/microvm/vmlinux";
+    m.initrd = BinDir() + "/../share/space/microvm/initrd.cpio";
+    if (sys::Exists(m.state_dir + "/vms")) {
+      if (auto rt = runtime::CreateMicrovmRuntime(m)) {
         if (auto ids = (*rt)->List()) {
           for (const auto& id : *ids) (void)(*rt)->Destroy(id);
         }

@@ -445,14 +445,19 @@ TEST_F(OciTest, DestroyKillsDaemonsAndLeavesNothing) {
   // A double-forked daemon in its own session, reparented to the container's init.
   auto r = Ask(sock, "sh (setsid sleep 1000 >/dev/null 2>&1 &); echo ok");
   ASSERT_TRUE(r);
-  std::vector<pid_t> pids = CgroupPids("dd");
-  ASSERT_GE(pids.size(), 2u);
+  // "ok" may come before the backgrounded shell has exec'd sleep: look for a while.
+  std::vector<pid_t> pids;
   bool saw_daemon = false;
-  for (pid_t p : pids) {
-    std::ifstream cmd("/proc/" + std::to_string(p) + "/cmdline");
-    std::string c((std::istreambuf_iterator<char>(cmd)), {});
-    saw_daemon = saw_daemon || c.find("1000") != std::string::npos;
+  for (int i = 0; i < 100 && !saw_daemon; ++i) {
+    if (i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    pids = CgroupPids("dd");
+    for (pid_t p : pids) {
+      std::ifstream cmd("/proc/" + std::to_string(p) + "/cmdline");
+      std::string c((std::istreambuf_iterator<char>(cmd)), {});
+      saw_daemon = saw_daemon || c.find("1000") != std::string::npos;
+    }
   }
+  ASSERT_GE(pids.size(), 2u);
   EXPECT_TRUE(saw_daemon);
 
   auto d = rt_->Destroy("dd");

@@ -1,0 +1,939 @@
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sodium.h>
+#include <spdlog/spdlog.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "agent/protocol.h"
+#include "common/json.h"
+#include "runtime/microvm/microvm.h"
+#include "runtime/microvm/qmp.h"
+#include "sys/sys.h"
+
+namespace space::runtime {
+namespace {
+
+using microvm::QmpClient;
+
+constexpr uint64_t kImageBytes = 4ull << 30;  // guest root disk (sparse)
+constexpr int64_t kDefaultMemMiB = 512;
+
+bool ValidName(const std::string& s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return s[0] != '.';
+}
+
+std::string Fnv64(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::string FileIdentity(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return path + ":missing";
+  return path + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec);
+}
+
+// The last `max` bytes of a file, for error messages.
+std::string Tail(const std::string& path, size_t max = 600) {
+  auto s = sys::ReadFile(path);
+  if (!s || s->empty()) return "";
+  std::string t = s->size() > max ? s->substr(s->size() - max) : *s;
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+  return t;
+}
+
+// Host TSC frequency for tsc_early_khz: under TCG the guest kernel otherwise hangs in TSC
+// calibration in a good share of boots.
+int64_t HostTscKhz() {
+  if (auto f = sys::ReadFile("/sys/devices/system/cpu/cpu0/tsc_freq_khz")) {
+    int64_t v = std::atoll(f->c_str());
+    if (v > 0) return v;
+  }
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (StartsWith(line, "cpu MHz")) {
+      size_t colon = line.find(':');
+      if (colon != std::string::npos) return static_cast<int64_t>(std::atof(line.c_str() + colon + 1) * 1000);
+    }
+  }
+  return 0;
+}
+
+bool PidAlive(pid_t pid, const std::string& marker) {
+  if (pid <= 0) return false;
+  auto stat = sys::ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return false;
+  size_t rp = stat->rfind(')');
+  if (rp != std::string::npos && rp + 2 < stat->size() && (*stat)[rp + 2] == 'Z') return false;
+  auto cmd = sys::ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
+  return cmd && cmd->find(marker) != std::string::npos;
+}
+
+Status CopySparse(const std::string& from, const std::string& to) {
+  sys::SpawnOptions o;
+  o.argv = {"cp", "--sparse=always", "--reflink=auto", from, to};
+  auto r = sys::RunChecked(o, 300000);
+  if (!r) return tl::unexpected(r.error());
+  return Ok();
+}
+
+// Runs argv in a new user namespace where host uids/gids shift..shift+65535 appear as
+// 0..65535 and the program runs as that namespace's root, so tools that record ownership
+// (mkfs.ext4 -d) see a shifted tree as root's. (util-linux's unshare needs newuidmap for
+// such a map; a privileged parent can write it directly.)
+Status RunInShiftedUserNs(const std::vector<std::string>& argv, uint32_t shift) {
+  std::string exe;
+  for (const char* dir : {"/usr/sbin/", "/sbin/", "/usr/bin/", "/bin/"}) {
+    if (::access((dir + argv[0]).c_str(), X_OK) == 0) {
+      exe = dir + argv[0];
+      break;
+    }
+  }
+  if (exe.empty()) return Fail(Errc::kNotFound, argv[0] + " is not installed");
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  int ready[2], go[2], errp[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(go, O_CLOEXEC) != 0 || ::pipe2(errp, O_CLOEXEC) != 0)
+    return ErrnoFail("pipe");
+  pid_t pid = ::fork();
+  if (pid < 0) return ErrnoFail("fork");
+  if (pid == 0) {
+    // Child: async-signal-safe calls only.
+    char c = 0;
+    if (::unshare(CLONE_NEWUSER) != 0) ::_exit(120);
+    if (::write(ready[1], &c, 1) != 1) ::_exit(121);
+    if (::read(go[0], &c, 1) != 1) ::_exit(122);
+    if (::setresgid(0, 0, 0) != 0 || ::setresuid(0, 0, 0) != 0) ::_exit(123);
+    ::dup2(errp[1], 2);
+    ::execv(exe.c_str(), cargv.data());
+    ::_exit(127);
+  }
+  sys::UniqueFd r0(ready[0]), r1(ready[1]), g0(go[0]), g1(go[1]), e0(errp[0]), e1(errp[1]);
+  r1.Reset();
+  g0.Reset();
+  e1.Reset();
+  char c;
+  bool mapped = false;
+  if (::read(r0.get(), &c, 1) == 1) {
+    const std::string proc = "/proc/" + std::to_string(pid);
+    std::string map = "0 " + std::to_string(shift) + " 65536\n";
+    auto write_map = [&](const std::string& file) {
+      auto fd = sys::Open(proc + file, O_WRONLY);
+      return fd && sys::WriteAll(fd->get(), map).has_value();
+    };
+    mapped = write_map("/uid_map") && write_map("/gid_map");
+    if (mapped) mapped = ::write(g1.get(), "g", 1) == 1;
+  }
+  g1.Reset();
+  auto err = sys::ReadAll(e0.get());
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!mapped) return Fail(Errc::kInternal, "could not map ids into a user namespace for " + argv[0]);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return Fail(Errc::kInternal, argv[0] + " failed (status " + std::to_string(status) + "): " +
+                                     (err ? *err : std::string()));
+  return Ok();
+}
+
+struct VmConfig {
+  uint32_t uid = 0;
+  int64_t mem_mib = kDefaultMemMiB;
+  int cpus = 1;
+  std::string accel;
+  std::string hostname = "sandbox";
+  bool suspended = false;
+  Json ToJson() const {
+    return {{"uid", uid}, {"mem_mib", mem_mib}, {"cpus", cpus}, {"accel", accel},
+            {"hostname", hostname}, {"suspended", suspended}};
+  }
+  static VmConfig FromJson(const Json& j) {
+    VmConfig c;
+    c.uid = static_cast<uint32_t>(JsonIntOr(j, "uid", 0));
+    c.mem_mib = JsonIntOr(j, "mem_mib", kDefaultMemMiB);
+    c.cpus = static_cast<int>(JsonIntOr(j, "cpus", 1));
+    c.accel = JsonStringOr(j, "accel", "tcg");
+    c.hostname = JsonStringOr(j, "hostname", "sandbox");
+    c.suspended = JsonBoolOr(j, "suspended", false);
+    return c;
+  }
+};
+
+// How a QEMU process gets its memory and initial state.
+struct Launch {
+  std::string mem_file;        // memory-backend-file path ("" = memory-backend-ram)
+  bool mem_shared = false;     // share=on (template boot) / off (copy-on-write clone)
+  std::string incoming_state;  // restore from this migration stream ("" = cold boot)
+  bool ignore_shared = false;  // x-ignore-shared on the migration
+};
+
+class MicrovmRuntime final : public Runtime {
+ public:
+  explicit MicrovmRuntime(MicrovmOptions o) : opts_(std::move(o)) {}
+
+  Status Init() {
+    for (const char* d : {"", "/images", "/templates", "/vms", "/snapshots", "/tmp"}) {
+      SPACE_TRY(sys::MkdirAll(opts_.state_dir + d, 0711));
+      ::chmod((opts_.state_dir + d).c_str(), 0711);
+    }
+    // Every ancestor must be searchable by the VMs' uids (they reopen their disks).
+    for (std::string p = opts_.state_dir; p.size() > 1; p = p.substr(0, p.rfind('/'))) {
+      struct stat st;
+      if (::stat(p.c_str(), &st) == 0 && !(st.st_mode & S_IXOTH)) ::chmod(p.c_str(), st.st_mode | S_IXOTH);
+      if (p.rfind('/') == 0) break;
+    }
+    (void)sys::RemoveAll(opts_.state_dir + "/tmp");
+    (void)sys::MkdirAll(opts_.state_dir + "/tmp", 0711);
+    if (!sys::Exists(opts_.kernel)) {
+      unavailable_ = "guest kernel " + opts_.kernel +
+                     " is missing (install linux-image-cloud-amd64 and rebuild)";
+    } else if (!sys::Exists(opts_.initrd)) {
+      unavailable_ = "guest initramfs " + opts_.initrd + " is missing (rebuild SPACE)";
+    } else {
+      sys::SpawnOptions o;
+      o.argv = {opts_.qemu_binary, "--version"};
+      auto r = sys::Run(o, 10000);
+      if (!r || !r->ok()) unavailable_ = "QEMU (" + opts_.qemu_binary + ") is not installed";
+    }
+    if (!unavailable_.empty()) spdlog::warn("microvm runtime unavailable: {}", unavailable_);
+    if (opts_.accel != "auto" && opts_.accel != "kvm" && opts_.accel != "tcg")
+      return Fail(Errc::kInvalidArgument, "microvm acceleration must be auto, kvm or tcg");
+    tsc_khz_ = HostTscKhz();
+    return Ok();
+  }
+
+  std::string_view Name() const override { return "microvm"; }
+
+  Capabilities Caps() const override {
+    Capabilities c;
+    c.pause = true;
+    c.pause_keeps_memory = true;
+    c.suspend_keeps_processes = true;
+    c.snapshot_kinds = {"full"};
+    c.own_disk = true;
+    return c;
+  }
+
+  std::string AgentSocketPath(const std::string& id) const override { return VmDir(id) + "/agent.sock"; }
+
+  Status Start(const InstanceSpec& spec) override {
+    SPACE_TRY(Available());
+    if (!ValidName(spec.id)) return Fail(Errc::kInvalidArgument, "bad instance id " + spec.id);
+    if (spec.network) return Fail(Errc::kInvalidArgument, "the microvm runtime has no guest networking yet");
+    const std::string dir = VmDir(spec.id);
+    if (sys::Exists(dir)) return Fail(Errc::kConflict, "microvm instance " + spec.id + " exists");
+    auto accel = Accel();
+    if (!accel) return tl::unexpected(accel.error());
+    VmConfig cfg;
+    cfg.accel = *accel;
+    cfg.hostname = spec.hostname.empty() ? "sandbox" : spec.hostname;
+    cfg.mem_mib = spec.limits.memory_bytes > 0 ? std::max<int64_t>(spec.limits.memory_bytes >> 20, 64)
+                                               : kDefaultMemMiB;
+    cfg.cpus = std::clamp(static_cast<int>(std::ceil(spec.limits.cpus > 0 ? spec.limits.cpus : 1.0)), 1, 64);
+    Launch launch;
+    std::string disk_src;  // qcow2 to copy, or "" for a new overlay on `image`
+    std::string image;
+    if (!spec.snapshot_id.empty()) {
+      std::string sdir = SnapshotDir(spec.snapshot_id);
+      auto meta = sys::ReadFile(sdir + "/meta.json");
+      if (!ValidName(spec.snapshot_id) || !meta)
+        return Fail(Errc::kNotFound, "microvm snapshot " + spec.snapshot_id + " is missing");
+      auto mj = ParseJson(*meta);
+      if (!mj) return Fail(Errc::kInvalidArgument, "microvm snapshot " + spec.snapshot_id + ": corrupt meta.json");
+      cfg.mem_mib = JsonIntOr(*mj, "mem_mib", cfg.mem_mib);
+      cfg.cpus = static_cast<int>(JsonIntOr(*mj, "cpus", cfg.cpus));
+      disk_src = sdir + "/disk.qcow2";
+      launch.incoming_state = sdir + "/state";
+    } else {
+      if (spec.template_dir.empty() || spec.template_digest.empty())
+        return Fail(Errc::kInvalidArgument, "microvm: no template to build the disk from");
+      auto img = EnsureImage(spec.template_dir, spec.template_digest);
+      if (!img) return tl::unexpected(std::move(img.error()).Wrap("template disk image"));
+      image = *img;
+      if (opts_.template_snapshots) {
+        auto tpl = EnsureTemplateSnapshot(image, spec.template_digest, cfg);
+        if (tpl) {
+          disk_src = *tpl + "/disk.qcow2";
+          launch.mem_file = *tpl + "/mem";
+          launch.mem_shared = false;
+          launch.incoming_state = *tpl + "/state";
+          launch.ignore_shared = true;
+        } else {
+          spdlog::warn("microvm: template snapshot unavailable, booting cold: {}", tpl.error().message);
+        }
+      }
+    }
+    auto uid = AllocateUid(spec.id);
+    if (!uid) return tl::unexpected(uid.error());
+    cfg.uid = *uid;
+    auto st = [&]() -> Status {
+      SPACE_TRY(sys::MkdirAll(dir, 0711));
+      SPACE_TRY(sys::WriteFileAtomic(dir + "/vm.json", cfg.ToJson().dump(), 0644));
+      if (!disk_src.empty()) {
+        SPACE_TRY_WRAP(CopySparse(disk_src, dir + "/disk.qcow2"), "copy disk");
+      } else {
+        SPACE_TRY(CreateOverlay(image, dir + "/disk.qcow2"));
+      }
+      SPACE_TRY(ChownToVm(dir + "/disk.qcow2", cfg.uid));
+      return Boot(spec.id, cfg, launch, /*sync=*/true);
+    }();
+    if (!st) {
+      (void)Destroy(spec.id);
+      return st;
+    }
+    return Ok();
+  }
+
+  Status Pause(const std::string& id) override { return Qmp(id, "stop"); }
+  Status Resume(const std::string& id) override { return Qmp(id, "cont"); }
+
+  Status Destroy(const std::string& id) override {
+    if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "bad instance id " + id);
+    SPACE_TRY(Kill(id));
+    return sys::RemoveAll(VmDir(id));
+  }
+
+  Result<InstanceState> Inspect(const std::string& id) override {
+    if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "bad instance id " + id);
+    const std::string dir = VmDir(id);
+    if (!sys::Exists(dir + "/vm.json")) return InstanceState::kMissing;
+    if (!PidAlive(Pid(id), Marker(id))) return InstanceState::kStopped;
+    auto q = QmpClient::Connect(dir + "/qmp.sock", 5000);
+    if (!q) return InstanceState::kStopped;
+    auto r = q->Execute("query-status", Json(), 5000);
+    if (!r) return InstanceState::kStopped;
+    return JsonBoolOr(*r, "running", false) ? InstanceState::kRunning : InstanceState::kPaused;
+  }
+
+  Result<std::vector<std::string>> List() override { return ListDir(opts_.state_dir + "/vms"); }
+
+  // --- snapshots, suspend, wake
+
+  Status Snapshot(const std::string& id, const std::string& snapshot_id) override {
+    if (!ValidName(id) || !ValidName(snapshot_id))
+      return Fail(Errc::kInvalidArgument, "bad instance or snapshot id");
+    const std::string dir = VmDir(id);
+    auto cfgj = sys::ReadFile(dir + "/vm.json");
+    if (!cfgj) return Fail(Errc::kNotFound, "no microvm instance " + id);
+    VmConfig cfg = VmConfig::FromJson(ParseJson(*cfgj).value_or(Json::object()));
+    const std::string final_dir = SnapshotDir(snapshot_id);
+    if (sys::Exists(final_dir)) return Fail(Errc::kConflict, "snapshot " + snapshot_id + " exists");
+    const std::string tmp = opts_.state_dir + "/snapshots/.tmp-" + snapshot_id;
+    (void)sys::RemoveAll(tmp);
+    SPACE_TRY(sys::MkdirAll(tmp, 0700));
+    auto st = [&]() -> Status {
+      if (cfg.suspended) {
+        SPACE_TRY(CopySparse(dir + "/suspend.state", tmp + "/state"));
+        SPACE_TRY(CopySparse(dir + "/disk.qcow2", tmp + "/disk.qcow2"));
+      } else {
+        auto q = QmpClient::Connect(dir + "/qmp.sock", 5000);
+        if (!q) return tl::unexpected(q.error());
+        auto status = q->Execute("query-status");
+        if (!status) return tl::unexpected(status.error());
+        bool was_running = JsonBoolOr(*status, "running", false);
+        if (was_running) SPACE_TRY(q->Execute("stop").map([](auto&&) {}));
+        auto saved = SaveState(*q, tmp + "/state", false);
+        // The disk is consistent while QEMU holds the guest stopped (it flushed on stop).
+        Status copied = saved ? CopySparse(dir + "/disk.qcow2", tmp + "/disk.qcow2") : saved;
+        if (was_running) {
+          if (auto c = q->Execute("cont"); !c && copied) copied = tl::unexpected(c.error());
+        }
+        SPACE_TRY(copied);
+      }
+      Json meta = {{"mem_mib", cfg.mem_mib}, {"cpus", cfg.cpus}, {"source", id},
+                   {"created_ms", NowUnixMillis()}};
+      SPACE_TRY(sys::WriteFileAtomic(tmp + "/meta.json", meta.dump(), 0600));
+      if (::rename(tmp.c_str(), final_dir.c_str()) != 0) return ErrnoFail("rename snapshot");
+      return Ok();
+    }();
+    if (!st) (void)sys::RemoveAll(tmp);
+    return st;
+  }
+
+  Status DeleteSnapshot(const std::string& snapshot_id) override {
+    if (!ValidName(snapshot_id)) return Fail(Errc::kInvalidArgument, "bad snapshot id");
+    return sys::RemoveAll(SnapshotDir(snapshot_id));
+  }
+  bool HasSnapshot(const std::string& snapshot_id) const override {
+    return ValidName(snapshot_id) && sys::Exists(SnapshotDir(snapshot_id) + "/meta.json");
+  }
+  std::vector<std::string> ListSnapshots() const override {
+    auto l = ListDir(opts_.state_dir + "/snapshots");
+    return l ? *l : std::vector<std::string>{};
+  }
+  Result<int64_t> SnapshotSize(const std::string& snapshot_id) const override {
+    if (!HasSnapshot(snapshot_id)) return Fail(Errc::kNotFound, "no snapshot " + snapshot_id);
+    int64_t total = 0;
+    for (const char* f : {"/state", "/disk.qcow2", "/meta.json"}) {
+      struct stat st;
+      if (::stat((SnapshotDir(snapshot_id) + f).c_str(), &st) == 0) total += st.st_blocks * 512;
+    }
+    return total;
+  }
+
+  Status Suspend(const std::string& id) override {
+    if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "bad instance id " + id);
+    const std::string dir = VmDir(id);
+    auto cfgj = sys::ReadFile(dir + "/vm.json");
+    if (!cfgj) return Fail(Errc::kNotFound, "no microvm instance " + id);
+    VmConfig cfg = VmConfig::FromJson(ParseJson(*cfgj).value_or(Json::object()));
+    if (cfg.suspended) return Ok();
+    auto q = QmpClient::Connect(dir + "/qmp.sock", 5000);
+    if (!q) return tl::unexpected(q.error());
+    SPACE_TRY(q->Execute("stop").map([](auto&&) {}));
+    auto st = SaveState(*q, dir + "/suspend.state.tmp", false);
+    if (!st) {
+      (void)q->Execute("cont");
+      return st;
+    }
+    if (::rename((dir + "/suspend.state.tmp").c_str(), (dir + "/suspend.state").c_str()) != 0)
+      return ErrnoFail("rename suspend state");
+    cfg.suspended = true;
+    SPACE_TRY(sys::WriteFileAtomic(dir + "/vm.json", cfg.ToJson().dump(), 0644));
+    (void)q->Execute("quit");
+    return Kill(id);
+  }
+
+  Status Wake(const InstanceSpec& spec) override {
+    SPACE_TRY(Available());
+    const std::string dir = VmDir(spec.id);
+    auto cfgj = sys::ReadFile(dir + "/vm.json");
+    if (!ValidName(spec.id) || !cfgj) return Fail(Errc::kNotFound, "no microvm instance " + spec.id);
+    VmConfig cfg = VmConfig::FromJson(ParseJson(*cfgj).value_or(Json::object()));
+    if (!cfg.suspended || !sys::Exists(dir + "/suspend.state"))
+      return Fail(Errc::kConflict, "microvm instance " + spec.id + " is not suspended");
+    Launch launch;
+    launch.incoming_state = dir + "/suspend.state";
+    auto st = Boot(spec.id, cfg, launch, true);
+    if (!st) {
+      (void)Kill(spec.id);  // keeps the saved state for another try
+      return st;
+    }
+    cfg.suspended = false;
+    (void)sys::WriteFileAtomic(dir + "/vm.json", cfg.ToJson().dump(), 0644);
+    (void)::unlink((dir + "/suspend.state").c_str());
+    return Ok();
+  }
+
+ private:
+  std::string VmDir(const std::string& id) const { return opts_.state_dir + "/vms/" + id; }
+  std::string SnapshotDir(const std::string& id) const { return opts_.state_dir + "/snapshots/" + id; }
+  static std::string Marker(const std::string& id) { return "space-vm-" + id; }
+
+  Status Available() const {
+    if (!unavailable_.empty()) return Fail(Errc::kUnavailable, "microvm runtime unavailable: " + unavailable_);
+    return Ok();
+  }
+
+  pid_t Pid(const std::string& id) const {
+    auto s = sys::ReadFile(VmDir(id) + "/qemu.pid");
+    return s ? static_cast<pid_t>(std::atoi(s->c_str())) : 0;
+  }
+
+  static Result<std::vector<std::string>> ListDir(const std::string& path) {
+    std::vector<std::string> out;
+    DIR* d = ::opendir(path.c_str());
+    if (!d) return errno == ENOENT ? Result<std::vector<std::string>>(out) : ErrnoFail("list " + path);
+    while (dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n[0] != '.') out.push_back(n);
+    }
+    ::closedir(d);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  Status Qmp(const std::string& id, const std::string& cmd) {
+    if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "bad instance id " + id);
+    auto q = QmpClient::Connect(VmDir(id) + "/qmp.sock", 5000);
+    if (!q) return tl::unexpected(std::move(q.error()).Wrap("microvm " + id));
+    auto r = q->Execute(cmd);
+    if (!r) return tl::unexpected(r.error());
+    return Ok();
+  }
+
+  // Kills the instance's QEMU (verified by its command line) and waits for it to go.
+  Status Kill(const std::string& id) {
+    pid_t pid = Pid(id);
+    if (!PidAlive(pid, Marker(id))) return Ok();
+    ::kill(pid, SIGKILL);
+    for (int i = 0; i < 400; ++i) {
+      if (!PidAlive(pid, Marker(id))) return Ok();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return Fail(Errc::kInternal, "QEMU " + std::to_string(pid) + " of " + id + " did not exit");
+  }
+
+  // The lowest VM uid no other instance of this runtime uses.
+  Result<uint32_t> AllocateUid(const std::string& id) {
+    if (opts_.vm_uid_base == 0) return 0u;
+    std::lock_guard lock(uid_mu_);
+    std::set<uint32_t> used(reserved_uids_.begin(), reserved_uids_.end());
+    if (auto ids = ListDir(opts_.state_dir + "/vms")) {
+      for (const auto& other : *ids) {
+        auto j = sys::ReadFile(VmDir(other) + "/vm.json");
+        if (j) used.insert(VmConfig::FromJson(ParseJson(*j).value_or(Json::object())).uid);
+      }
+    }
+    for (uint32_t u = opts_.vm_uid_base; u < opts_.vm_uid_base + 65536; ++u) {
+      if (!used.count(u)) {
+        reserved_uids_.insert(u);
+        // Reserved until vm.json records it (a moment later).
+        std::thread([this, u] {
+          std::this_thread::sleep_for(std::chrono::seconds(5));
+          std::lock_guard l(uid_mu_);
+          reserved_uids_.erase(u);
+        }).detach();
+        return u;
+      }
+    }
+    return Fail(Errc::kResourceExhausted, "no free VM uid for " + id);
+  }
+
+  Status ChownToVm(const std::string& path, uint32_t uid) {
+    if (uid != 0 && ::chown(path.c_str(), uid, uid) != 0) return ErrnoFail("chown " + path);
+    return ::chmod(path.c_str(), 0600) == 0 ? Ok() : ErrnoFail("chmod " + path);
+  }
+
+  Status CreateOverlay(const std::string& image, const std::string& path) {
+    sys::SpawnOptions o;
+    o.argv = {"qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", image, path};
+    auto r = sys::RunChecked(o, 60000);
+    if (!r) return tl::unexpected(std::move(r.error()).Wrap("create disk overlay"));
+    return Ok();
+  }
+
+  // images/<digest>.ext4, built once per template digest.
+  Result<std::string> EnsureImage(const std::string& tree, const std::string& digest) {
+    std::string hex = StartsWith(digest, "sha256:") ? digest.substr(7) : digest;
+    if (!ValidName(hex)) return Fail(Errc::kInvalidArgument, "bad template digest " + digest);
+    const std::string path = opts_.state_dir + "/images/" + hex + ".ext4";
+    std::lock_guard lock(KeyMutex("image:" + hex));
+    if (sys::Exists(path)) return path;
+    const std::string tmp = opts_.state_dir + "/tmp/image-" + hex + ".ext4";
+    (void)::unlink(tmp.c_str());
+    {
+      auto fd = sys::Open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (!fd) return tl::unexpected(fd.error());
+      if (::ftruncate(fd->get(), static_cast<off_t>(kImageBytes)) != 0) return ErrnoFail("size image");
+    }
+    const int64_t t0 = MonotonicNanos();
+    std::vector<std::string> mkfs = {"mkfs.ext4", "-q", "-F", "-L", "space-root",
+                                     "-E", "lazy_itable_init=1,lazy_journal_init=1", "-d", tree, tmp};
+    Status st;
+    if (opts_.template_uid_shift != 0) {
+      if (::chown(tmp.c_str(), opts_.template_uid_shift, opts_.template_uid_shift) != 0)
+        return ErrnoFail("chown image");
+      // The namespace's root may not traverse the (root-only) storage dirs above the
+      // tree: hand it the tree as an inherited descriptor.
+      int tree_fd = ::open(tree.c_str(), O_PATH | O_DIRECTORY);
+      if (tree_fd < 0) return ErrnoFail("open " + tree);
+      mkfs[8] = "/proc/self/fd/" + std::to_string(tree_fd);
+      st = RunInShiftedUserNs(mkfs, opts_.template_uid_shift);
+      ::close(tree_fd);
+      (void)::chown(tmp.c_str(), 0, 0);
+    } else {
+      sys::SpawnOptions o;
+      o.argv = mkfs;
+      auto r = sys::RunChecked(o, 600000);
+      st = r ? Ok() : Status(tl::unexpected(r.error()));
+    }
+    if (!st) {
+      (void)::unlink(tmp.c_str());
+      return tl::unexpected(st.error());
+    }
+    ::chmod(tmp.c_str(), 0644);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoFail("rename image");
+    spdlog::info("microvm: built disk image of template {} in {:.0f} ms", digest,
+                 (MonotonicNanos() - t0) / 1e6);
+    return path;
+  }
+
+  std::mutex& KeyMutex(const std::string& key) {
+    std::lock_guard lock(keys_mu_);
+    auto& m = key_mutexes_[key];
+    if (!m) m = std::make_unique<std::mutex>();
+    return *m;
+  }
+
+  // templates/<key>/: boots the template once, waits for its agent, saves it with RAM in
+  // a shared file; later instances restore it copy-on-write.
+  Result<std::string> EnsureTemplateSnapshot(const std::string& image, const std::string& digest,
+                                             const VmConfig& want) {
+    std::string key = Fnv64(digest + "|" + std::to_string(want.mem_mib) + "|" +
+                            std::to_string(want.cpus) + "|" + want.accel + "|" +
+                            FileIdentity(opts_.kernel) + "|" + FileIdentity(opts_.initrd) + "|" +
+                            opts_.qemu_binary);
+    const std::string final_dir = opts_.state_dir + "/templates/" + key;
+    std::lock_guard lock(KeyMutex("template:" + key));
+    if (sys::Exists(final_dir + "/ready")) return final_dir;
+    const int64_t t0 = MonotonicNanos();
+    const std::string id = "tpl-" + key;
+    const std::string dir = VmDir(id);
+    (void)Destroy(id);
+    VmConfig cfg = want;
+    cfg.uid = 0;  // runs briefly, as root, only to save its state
+    auto st = [&]() -> Status {
+      SPACE_TRY(sys::MkdirAll(dir, 0711));
+      SPACE_TRY(sys::WriteFileAtomic(dir + "/vm.json", cfg.ToJson().dump(), 0644));
+      SPACE_TRY(CreateOverlay(image, dir + "/disk.qcow2"));
+      Launch launch;
+      launch.mem_file = dir + "/mem";
+      launch.mem_shared = true;
+      SPACE_TRY(Boot(id, cfg, launch, /*sync=*/false));
+      auto q = QmpClient::Connect(dir + "/qmp.sock", 5000);
+      if (!q) return tl::unexpected(q.error());
+      SPACE_TRY(q->Execute("stop").map([](auto&&) {}));
+      SPACE_TRY(SaveState(*q, dir + "/state", true));
+      (void)q->Execute("quit");
+      SPACE_TRY(Kill(id));
+      (void)sys::RemoveAll(final_dir);
+      SPACE_TRY(sys::MkdirAll(final_dir, 0711));
+      for (const char* f : {"/mem", "/state", "/disk.qcow2"}) {
+        if (::rename((dir + f).c_str(), (final_dir + f).c_str()) != 0) return ErrnoFail("move template snapshot");
+        ::chmod((final_dir + f).c_str(), 0600);
+      }
+      return sys::WriteFileAtomic(final_dir + "/ready", "", 0644);
+    }();
+    (void)Destroy(id);
+    if (!st) {
+      (void)sys::RemoveAll(final_dir);
+      return tl::unexpected(st.error());
+    }
+    spdlog::info("microvm: template snapshot of {} ({} MiB, {} cpu) made in {:.0f} ms", digest,
+                 want.mem_mib, want.cpus, (MonotonicNanos() - t0) / 1e6);
+    return final_dir;
+  }
+
+  // Saves the (stopped) VM's state into `path` through a descriptor the daemon opened.
+  Status SaveState(QmpClient& q, const std::string& path, bool ignore_shared) {
+    auto fd = sys::Open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (!fd) return tl::unexpected(fd.error());
+    SPACE_TRY(q.Execute("migrate-set-capabilities",
+                        {{"capabilities", Json::array({{{"capability", "x-ignore-shared"},
+                                                        {"state", ignore_shared}}})}})
+                  .map([](auto&&) {}));
+    SPACE_TRY(q.Execute("migrate-set-parameters", {{"max-bandwidth", 100ll << 30}}).map([](auto&&) {}));
+    SPACE_TRY(q.SendFd("snap", fd->get()));
+    SPACE_TRY(q.Execute("migrate", {{"uri", "fd:snap"}}).map([](auto&&) {}));
+    SPACE_TRY(WaitMigration(q, "save"));
+    if (::fsync(fd->get()) != 0) return ErrnoFail("fsync " + path);
+    return Ok();
+  }
+
+  Status WaitMigration(QmpClient& q, const std::string& what) {
+    const int64_t deadline = MonotonicNanos() + 120'000'000'000;
+    for (;;) {
+      auto r = q.Execute("query-migrate");
+      if (!r) return tl::unexpected(r.error());
+      std::string status = JsonStringOr(*r, "status", "");
+      if (status == "completed") return Ok();
+      if (status == "failed" || status == "cancelled")
+        return Fail(Errc::kInternal, "microvm " + what + " failed: " +
+                                         JsonStringOr(*r, "error-desc", status));
+      if (MonotonicNanos() > deadline) return Fail(Errc::kDeadlineExceeded, "microvm " + what + " timed out");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+
+  std::vector<std::string> QemuArgs(const std::string& id, const VmConfig& cfg, const Launch& l) {
+    const std::string dir = VmDir(id);
+    std::string append =
+        "console=ttyS0 reboot=t panic=-1 quiet tsc=reliable no_timer_check cryptomgr.notests "
+        "random.trust_cpu=on i8042.noaux i8042.nokbd i8042.nopnp i8042.dumbkbd mitigations=off "
+        "nokaslr audit=0 8250.nr_uarts=1 SPACE_HOSTNAME=" + cfg.hostname;
+    if (tsc_khz_ > 0) append += " tsc_early_khz=" + std::to_string(tsc_khz_);
+    std::string mem = std::to_string(cfg.mem_mib) + "M";
+    std::string backend = l.mem_file.empty()
+                              ? "memory-backend-ram,id=mem0,size=" + mem
+                              : "memory-backend-file,id=mem0,size=" + mem + ",mem-path=" + l.mem_file +
+                                    ",share=" + (l.mem_shared ? "on" : "off");
+    std::vector<std::string> a = {
+        opts_.qemu_binary, "-name", Marker(id),
+        "-M", "microvm,x-option-roms=off,rtc=on,memory-backend=mem0",
+        "-accel", cfg.accel, "-smp", std::to_string(cfg.cpus), "-m", mem,
+        "-object", backend,
+        "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+        "-serial", "file:" + dir + "/console.log",
+        "-kernel", opts_.kernel, "-initrd", opts_.initrd, "-append", append,
+        "-drive", "if=none,id=root,file=" + dir + "/disk.qcow2,format=qcow2,discard=unmap",
+        "-device", "virtio-blk-device,drive=root",
+        "-device", "virtio-serial-device",
+        "-chardev", "socket,id=agent,path=" + dir + "/agent.sock,server=on,wait=off",
+        "-device", "virtserialport,chardev=agent,name=space.0",
+        "-qmp", "unix:" + dir + "/qmp.sock,server=on,wait=off",
+        "-device", "vmgenid,guid=auto",
+        "-pidfile", dir + "/qemu.pid",
+        "-sandbox", "on,obsolete=deny,resourcecontrol=deny",
+    };
+    if (cfg.accel == "kvm") a.insert(a.end(), {"-cpu", "host"});
+    if (cfg.uid != 0) a.insert(a.end(), {"-runas", std::to_string(cfg.uid) + ":" + std::to_string(cfg.uid)});
+    if (!l.incoming_state.empty()) a.insert(a.end(), {"-incoming", "defer"});
+    return a;
+  }
+
+  // Starts QEMU detached, restores its state if asked, and waits for the agent's HELLO
+  // (and, with `sync`, hands the agent the time and identity). On failure the caller
+  // kills the process.
+  Status Boot(const std::string& id, const VmConfig& cfg, const Launch& l, bool sync) {
+    const std::string dir = VmDir(id);
+    for (const char* f : {"/qmp.sock", "/agent.sock", "/qemu.pid", "/console.log"}) (void)::unlink((dir + f).c_str());
+    if ((dir + "/agent.sock").size() >= sizeof(sockaddr_un{}.sun_path))
+      return Fail(Errc::kInvalidArgument, "microvm state dir path too long for unix sockets: " + dir);
+    const int64_t t0 = MonotonicNanos();
+    auto log = sys::Open(dir + "/qemu.log", O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (!log) return tl::unexpected(log.error());
+    sys::SpawnOptions o;
+    o.argv = QemuArgs(id, cfg, l);
+    o.cwd = dir;
+    o.new_session = true;
+    o.stdout_fd = log->get();
+    o.stderr_fd = log->get();
+    auto child = sys::Spawn(o);
+    if (!child) return tl::unexpected(std::move(child.error()).Wrap("start QEMU"));
+    pid_t pid = child->Release();
+    // QEMU is our child while we run: reap it when it ends (it then no longer counts as
+    // alive). After a restart of spaced it is init's child.
+    std::thread([pid] { ::waitpid(pid, nullptr, 0); }).detach();
+    auto failure = [&](const std::string& what) {
+      std::string msg = what;
+      std::string qlog = Tail(dir + "/qemu.log");
+      std::string con = Tail(dir + "/console.log");
+      if (!qlog.empty()) msg += "; QEMU: " + qlog;
+      if (!con.empty()) msg += "; console: " + con;
+      return msg;
+    };
+    // QMP socket up = QEMU initialised (pid file written).
+    auto q = QmpClient::Connect(dir + "/qmp.sock", 30000);
+    if (!q) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return Fail(Errc::kUnavailable, failure("QEMU exited during start-up"));
+    }
+    if (!l.incoming_state.empty()) {
+      auto fd = sys::Open(l.incoming_state, O_RDONLY);
+      if (!fd) return tl::unexpected(std::move(fd.error()).Wrap("open saved state"));
+      auto restore = [&]() -> Status {
+        SPACE_TRY(q->Execute("migrate-set-capabilities",
+                             {{"capabilities", Json::array({{{"capability", "x-ignore-shared"},
+                                                             {"state", l.ignore_shared}}})}})
+                      .map([](auto&&) {}));
+        SPACE_TRY(q->SendFd("state", fd->get()));
+        SPACE_TRY(q->Execute("migrate-incoming", {{"uri", "fd:state"}}).map([](auto&&) {}));
+        // QEMU exits when the stream cannot be loaded (a corrupt or truncated file).
+        const int64_t deadline = MonotonicNanos() + 120'000'000'000;
+        for (;;) {
+          auto r = q->Execute("query-migrate", Json(), 5000);
+          if (!r) return Fail(Errc::kInvalidArgument, "the saved state could not be loaded (" + r.error().message + ")");
+          std::string status = JsonStringOr(*r, "status", "");
+          if (status == "completed") break;
+          if (status == "failed")
+            return Fail(Errc::kInvalidArgument, "the saved state could not be loaded: " +
+                                                    JsonStringOr(*r, "error-desc", "failed"));
+          if (MonotonicNanos() > deadline) return Fail(Errc::kDeadlineExceeded, "restore timed out");
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        SPACE_TRY(q->Execute("cont").map([](auto&&) {}));
+        return Ok();
+      }();
+      if (!restore) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        return Fail(restore.error().code, failure("restore " + id + ": " + restore.error().message));
+      }
+    }
+    const int64_t t1 = MonotonicNanos();
+    auto agent = AgentHandshake(id, cfg, sync, !l.incoming_state.empty());
+    if (!agent) return Fail(agent.error().code, failure(agent.error().message));
+    spdlog::debug("microvm {}: qemu+{} {:.0f} ms, agent {:.0f} ms", id,
+                  l.incoming_state.empty() ? "boot" : "restore", (t1 - t0) / 1e6,
+                  (MonotonicNanos() - t1) / 1e6);
+    return Ok();
+  }
+
+  // Connects to the agent channel, waits for HELLO and optionally sends `sync`; then
+  // disconnects (core connects next). A restored guest may not notice a connection made
+  // in the instant its state was loaded, so without HELLO in a short while we reconnect.
+  Status AgentHandshake(const std::string& id, const VmConfig& cfg, bool sync, bool restored) {
+    const std::string path = AgentSocketPath(id);
+    const int64_t deadline = MonotonicNanos() + opts_.boot_timeout_ms * 1'000'000;
+    const int64_t retry_ns = restored ? 500'000'000 : INT64_MAX / 4;
+    while (MonotonicNanos() < deadline) {
+      if (!PidAlive(Pid(id), Marker(id))) return Fail(Errc::kUnavailable, "QEMU exited during boot");
+      sys::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+      if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        continue;
+      }
+      std::string hello_request = agent::EncodeFrame(agent::FrameType::kRequest, agent::kHelloRequest,
+                                                     agent::EncodeMessage(Json{{"op", "hello"}}));
+      if (!sys::WriteAll(fd.get(), hello_request)) continue;
+      agent::FrameDecoder dec;
+      const int64_t attempt_end = std::min(deadline, MonotonicNanos() + retry_ns);
+      uint32_t want_response = 0;
+      while (MonotonicNanos() < attempt_end) {
+        pollfd p{fd.get(), POLLIN, 0};
+        int r = ::poll(&p, 1, 100);
+        if (r == 0) {
+          if (!PidAlive(Pid(id), Marker(id))) return Fail(Errc::kUnavailable, "QEMU exited during boot");
+          continue;
+        }
+        char buf[65536];
+        ssize_t n = r > 0 ? ::read(fd.get(), buf, sizeof buf) : -1;
+        if (n <= 0) break;
+        dec.Feed(std::string_view(buf, static_cast<size_t>(n)));
+        bool bad = false;
+        for (;;) {
+          auto f = dec.Next();
+          if (!f) {
+            bad = true;  // bytes of a frame from before the restore: start over
+            break;
+          }
+          if (!*f) break;
+          if ((*f)->type == agent::FrameType::kHello && want_response == 0) {
+            if (!sync) return Ok();
+            unsigned char rnd[32];
+            randombytes_buf(rnd, sizeof rnd);
+            Json req = {{"op", "sync"},
+                        {"time_ns", static_cast<int64_t>(
+                                        std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                            std::chrono::system_clock::now().time_since_epoch())
+                                            .count())},
+                        {"hostname", cfg.hostname},
+                        {"machine_id", Fnv64(id + "a") + Fnv64(id + "b")},
+                        {"entropy", HexEncode(std::string_view(reinterpret_cast<char*>(rnd), sizeof rnd))}};
+            want_response = 0x7fff0001;
+            std::string wire = agent::EncodeFrame(agent::FrameType::kRequest, want_response,
+                                                  agent::EncodeMessage(req));
+            if (!sys::WriteAll(fd.get(), wire)) break;
+          } else if ((*f)->type == agent::FrameType::kResponse && (*f)->stream == want_response) {
+            return Ok();
+          }
+        }
+        if (bad) break;
+      }
+    }
+    return Fail(Errc::kDeadlineExceeded, "the guest's agent did not come up within " +
+                                             std::to_string(opts_.boot_timeout_ms) + " ms");
+  }
+
+  Result<std::string> Accel() {
+    std::lock_guard lock(accel_mu_);
+    if (!accel_.empty()) return accel_;
+    if (opts_.accel != "auto") {
+      accel_ = opts_.accel;
+      spdlog::info("microvm: acceleration {} (chosen by configuration)", accel_);
+      return accel_;
+    }
+    const std::string cache = opts_.state_dir + "/accel.json";
+    const std::string identity = FileIdentity(opts_.kernel) + "|" + FileIdentity(opts_.initrd) + "|" +
+                                 FileIdentity("/dev/kvm");
+    if (auto c = sys::ReadFile(cache)) {
+      auto j = ParseJson(*c);
+      if (j && JsonStringOr(*j, "identity", "") == identity) {
+        accel_ = JsonStringOr(*j, "accel", "tcg");
+        spdlog::info("microvm: acceleration {} ({}; cached probe)", accel_, JsonStringOr(*j, "why", ""));
+        return accel_;
+      }
+    }
+    std::string why;
+    int fd = ::open("/dev/kvm", O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      accel_ = "tcg";
+      why = std::string("/dev/kvm cannot be opened: ") + std::strerror(errno);
+    } else {
+      ::close(fd);
+      auto st = ProbeKvm();
+      accel_ = st ? "kvm" : "tcg";
+      why = st ? "a probe boot under KVM reached the agent"
+               : "a probe boot under KVM did not reach the agent: " + st.error().message;
+    }
+    // Falling back to TCG costs a lot of speed: say so above the info level.
+    if (accel_ == "kvm") {
+      spdlog::info("microvm: acceleration kvm ({})", why);
+    } else {
+      spdlog::warn("microvm: acceleration tcg ({})", why);
+    }
+    Json j = {{"accel", accel_}, {"why", why}, {"identity", identity}};
+    (void)sys::WriteFileAtomic(cache, j.dump(), 0644);
+    return accel_;
+  }
+
+  // Boots a throwaway VM under KVM on a tiny empty disk and waits for its agent.
+  Status ProbeKvm() {
+    const std::string id = "probe-kvm";
+    (void)Destroy(id);
+    const std::string dir = VmDir(id);
+    auto st = [&]() -> Status {
+      SPACE_TRY(sys::MkdirAll(dir + "/empty", 0755));
+      auto fd = sys::Open(dir + "/probe.ext4", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (!fd) return tl::unexpected(fd.error());
+      if (::ftruncate(fd->get(), 16 << 20) != 0) return ErrnoFail("size probe disk");
+      sys::SpawnOptions o;
+      o.argv = {"mkfs.ext4", "-q", "-F", "-d", dir + "/empty", dir + "/probe.ext4"};
+      SPACE_TRY(sys::RunChecked(o, 60000).map([](auto&&) {}));
+      SPACE_TRY(CreateOverlay(dir + "/probe.ext4", dir + "/disk.qcow2"));
+      VmConfig cfg;
+      cfg.accel = "kvm";
+      cfg.mem_mib = 128;
+      SPACE_TRY(sys::WriteFileAtomic(dir + "/vm.json", cfg.ToJson().dump(), 0644));
+      MicrovmOptions saved = opts_;
+      opts_.boot_timeout_ms = 5000;
+      auto b = Boot(id, cfg, Launch{}, false);
+      opts_ = saved;
+      return b;
+    }();
+    (void)Destroy(id);
+    return st;
+  }
+
+  MicrovmOptions opts_;
+  std::string unavailable_;
+  int64_t tsc_khz_ = 0;
+  std::mutex accel_mu_;
+  std::string accel_;
+  std::mutex uid_mu_;
+  std::set<uint32_t> reserved_uids_;
+  std::mutex keys_mu_;
+  std::map<std::string, std::unique_ptr<std::mutex>> key_mutexes_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Runtime>> CreateMicrovmRuntime(const MicrovmOptions& opts) {
+  if (opts.state_dir.empty() || opts.state_dir[0] != '/')
+    return Fail(Errc::kInvalidArgument, "microvm state dir must be absolute");
+  auto rt = std::make_unique<MicrovmRuntime>(opts);
+  SPACE_TRY(rt->Init());
+  return std::unique_ptr<Runtime>(std::move(rt));
+}
+
+}  // namespace space::runtime

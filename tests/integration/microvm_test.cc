@@ -1,0 +1,392 @@
+// The microvm runtime end to end: real QEMU (TCG here; KVM only where a probe boot works),
+// the real guest kernel and initramfs, driven through spaced's HTTP API. Kept small: every
+// VM boot costs seconds under TCG, so most sandboxes start from the template snapshot.
+#include <dirent.h>
+
+#include "common/json.h"
+
+#include "tests/integration/harness.h"
+
+namespace space::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string GuestDir() { return BinDir() + "/../share/space/microvm"; }
+
+bool CanRunVms(std::string* why) {
+  if (!CanRunSandboxes(why)) return false;
+  if (!sys::Exists("/usr/bin/qemu-system-x86_64")) {
+    *why = "needs qemu-system-x86 (make deps)";
+    return false;
+  }
+  if (!sys::Exists(GuestDir() + "/vmlinux") || !sys::Exists(GuestDir() + "/initrd.cpio")) {
+    *why = "needs the guest kernel (linux-image-cloud-amd64) and a build of the initramfs";
+    return false;
+  }
+  return true;
+}
+
+#define SPACE_REQUIRE_VMS()                                          \
+  do {                                                               \
+    std::string why_;                                                \
+    if (!CanRunVms(&why_)) GTEST_SKIP() << why_;                     \
+  } while (0)
+
+// Pids of QEMU processes serving VMs of this data dir.
+std::vector<pid_t> QemuPids(const std::string& data_dir) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    auto cmd = sys::ReadFile("/proc/" + std::string(e->d_name) + "/cmdline");
+    if (cmd && cmd->find("space-vm-") != std::string::npos &&
+        cmd->find(data_dir + "/runtime/microvm/") != std::string::npos)
+      out.push_back(pid);
+  }
+  ::closedir(d);
+  return out;
+}
+
+std::string WaitState(client::Client& c, const std::string& id, const std::string& want,
+                      std::chrono::seconds limit = 30s) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  std::string state;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto sb = c.GetSandbox(id);
+    state = sb ? (*sb)["state"].get<std::string>() : "<" + sb.error().message + ">";
+    if (state == want) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  return state;
+}
+
+// A tiny initramfs whose /init runs `script` (busybox sh), for guests that misbehave.
+std::string MakeInitrd(const std::string& dir, const std::string& script) {
+  std::string root = dir + "/initrd-root";
+  EXPECT_TRUE(sys::MkdirAll(root + "/bin"));
+  EXPECT_TRUE(sys::WriteFileAtomic(root + "/init", "#!/bin/busybox sh\n" + script + "\n", 0755));
+  auto bb = sys::ReadFile("/bin/busybox");
+  EXPECT_TRUE(bb);
+  EXPECT_TRUE(sys::WriteFileAtomic(root + "/bin/busybox", bb ? *bb : "", 0755));
+  std::string out = dir + "/initrd.cpio";
+  auto r = sys::Run({.argv = {"sh", "-c", "cd " + root + " && find . | cpio -o -H newc --quiet > " + out}});
+  EXPECT_TRUE(r && r->ok());
+  return out;
+}
+
+// ---------------------------------------------------------------- both runtimes
+
+// A subset of the sandbox API checks, run against oci and microvm alike.
+class BothRuntimes : public ::testing::TestWithParam<std::string> {
+ protected:
+  static void SetUpTestSuite() {
+    std::string why;
+    if (!CanRunVms(&why)) return;
+    daemon_ = new Daemon();
+    if (!daemon_->Start()) return;
+  }
+  static void TearDownTestSuite() {
+    delete daemon_;
+    daemon_ = nullptr;
+  }
+  void SetUp() override {
+    SPACE_REQUIRE_VMS();
+    ASSERT_NE(daemon_, nullptr);
+    auto& id = sandboxes_[GetParam()];
+    if (id.empty()) id = CreateSandbox(c(), {{"runtime", GetParam()}, {"limits", {{"memory_bytes", 256 << 20}}}});
+    ASSERT_FALSE(id.empty()) << daemon_->Log();
+    id_ = id;
+  }
+  client::Client& c() { return daemon_->client(); }
+  client::Client::RunOutput Run(const Json& body) {
+    auto r = c().Run(id_, body);
+    EXPECT_TRUE(r) << (r ? "" : r.error().message);
+    return r ? *r : client::Client::RunOutput{};
+  }
+
+  std::string id_;
+  static inline Daemon* daemon_ = nullptr;
+  static inline std::map<std::string, std::string> sandboxes_;
+};
+
+TEST_P(BothRuntimes, ReportsItsRuntime) {
+  auto sb = c().GetSandbox(id_);
+  ASSERT_TRUE(sb);
+  EXPECT_EQ((*sb)["runtime"], GetParam());
+  EXPECT_EQ((*sb)["state"], "running");
+}
+
+TEST_P(BothRuntimes, CommandOutputAndExitCode) {
+  auto r = Run({{"cmd", "echo out; echo err >&2; exit 3"}});
+  EXPECT_EQ(r.out, "out\n");
+  EXPECT_EQ(r.err, "err\n");
+  EXPECT_EQ(r.exit_code, 3);
+  auto big = Run({{"cmd", "i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done | wc -l"}});
+  EXPECT_EQ(big.out, "2000\n");
+  auto missing = c().StartCommand(id_, {{"argv", {"/no/such/program"}}});
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, Errc::kNotFound);
+}
+
+TEST_P(BothRuntimes, StdinReachesTheCommand) {
+  auto cmd = c().StartCommand(id_, {{"argv", {"cat"}}, {"stdin", true}});
+  ASSERT_TRUE(cmd) << cmd.error().message;
+  std::string cid = (*cmd)["id"];
+  ASSERT_TRUE(c().SendStdin(id_, cid, "through stdin\n", true));
+  auto done = c().GetCommand(id_, cid, 30s);
+  ASSERT_TRUE(done);
+  EXPECT_EQ((*done)["state"], "exited");
+  auto out = c().ReadOutput(id_, cid, "stdout", 0);
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->bytes, "through stdin\n");
+}
+
+TEST_P(BothRuntimes, FilesWriteReadListRemove) {
+  std::string data(300000, 'x');
+  data += "end";
+  ASSERT_TRUE(c().WriteFile(id_, "/root/dir/f.bin", data));
+  auto back = c().ReadFile(id_, "/root/dir/f.bin");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(*back, data);
+  auto list = c().ListFiles(id_, "/root/dir");
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0]["name"], "f.bin");
+  EXPECT_EQ((*list)[0]["size"], data.size());
+  EXPECT_EQ(Run({{"cmd", "wc -c < /root/dir/f.bin"}}).out, std::to_string(data.size()) + "\n");
+  auto r = c().Call("DELETE", "/v1/sandboxes/" + id_ + "/files?path=/root/dir&recursive=true");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(c().Stat(id_, "/root/dir").error().code, Errc::kNotFound);
+}
+
+TEST_P(BothRuntimes, PauseAndResume) {
+  ASSERT_TRUE(c().TransitionAndWait(id_, client::Transition::kPause));
+  EXPECT_EQ((*c().GetSandbox(id_))["state"], "paused");
+  ASSERT_TRUE(c().TransitionAndWait(id_, client::Transition::kResume));
+  EXPECT_EQ(Run({{"cmd", "echo alive"}}).out, "alive\n");
+}
+
+TEST_P(BothRuntimes, SnapshotStartsANewSandbox) {
+  ASSERT_TRUE(c().WriteFile(id_, "/root/snap.txt", "before"));
+  auto snap = c().SnapshotAndWait(id_);
+  ASSERT_TRUE(snap) << snap.error().message;
+  auto info = c().GetSnapshot(*snap);
+  ASSERT_TRUE(info);
+  EXPECT_EQ((*info)["kind"], GetParam() == "microvm" ? "full" : "filesystem");
+  ASSERT_TRUE(c().WriteFile(id_, "/root/snap.txt", "after"));
+  auto from = c().CreateSandboxAndWait({{"snapshot", *snap}}, 120s);
+  ASSERT_TRUE(from) << from.error().message;
+  std::string child = (*from)["id"];
+  EXPECT_EQ((*from)["runtime"], GetParam());
+  auto f = c().ReadFile(child, "/root/snap.txt");
+  EXPECT_EQ(f ? *f : f.error().message, "before");
+  EXPECT_TRUE(c().DeleteSandboxAndWait(child, 60s));
+  auto del = c().Call("DELETE", "/v1/snapshots/" + *snap);
+  EXPECT_TRUE(del) << del.error().message;
+}
+
+INSTANTIATE_TEST_SUITE_P(Runtimes, BothRuntimes, ::testing::Values("oci", "microvm"),
+                         [](const auto& info) { return info.param; });
+
+// ---------------------------------------------------------------- microvm only
+
+class MicrovmTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string why;
+    if (!CanRunVms(&why)) return;
+    daemon_ = new Daemon({"--default-runtime", "microvm"});
+    if (!daemon_->Start()) return;
+  }
+  static void TearDownTestSuite() {
+    delete daemon_;
+    daemon_ = nullptr;
+  }
+  void SetUp() override {
+    SPACE_REQUIRE_VMS();
+    ASSERT_NE(daemon_, nullptr);
+  }
+  client::Client& c() { return daemon_->client(); }
+  std::string Create(const Json& body = Json::object()) {
+    Json b = body;
+    b["limits"] = {{"memory_bytes", 256 << 20}};
+    return CreateSandbox(c(), b);
+  }
+
+  static inline Daemon* daemon_ = nullptr;
+};
+
+TEST_F(MicrovmTest, AccelerationIsChosenAndLogged) {
+  std::string id = Create();
+  ASSERT_FALSE(id.empty());
+  // The probe's outcome and its reason are recorded (and logged: at warning level when
+  // KVM does not work, which is what this test daemon's log level shows).
+  auto accel = sys::ReadFile(daemon_->data_dir() + "/runtime/microvm/accel.json");
+  ASSERT_TRUE(accel);
+  auto j = ParseJson(*accel);
+  ASSERT_TRUE(j);
+  std::string chosen = JsonStringOr(*j, "accel", "");
+  EXPECT_TRUE(chosen == "kvm" || chosen == "tcg") << *accel;
+  EXPECT_FALSE(JsonStringOr(*j, "why", "").empty());
+  if (chosen == "tcg") {
+    EXPECT_NE(daemon_->Log().find("microvm: acceleration tcg"), std::string::npos) << daemon_->Log();
+  }
+  auto r = c().Run(id, std::vector<std::string>{"uname", "-r"});
+  ASSERT_TRUE(r);
+  EXPECT_NE(r->out.find("cloud-amd64"), std::string::npos) << r->out;
+  // Clones of the template snapshot each get their own identity.
+  std::string other = Create();
+  ASSERT_FALSE(other.empty());
+  auto a = c().ReadFile(id, "/etc/machine-id"), b = c().ReadFile(other, "/etc/machine-id");
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(*a, *b);
+  auto now = c().Run(other, std::vector<std::string>{"date", "+%s"});
+  ASSERT_TRUE(now);
+  EXPECT_NEAR(std::atoll(now->out.c_str()), NowUnixMillis() / 1000, 5);
+  ASSERT_TRUE(c().DeleteSandboxAndWait(other, 60s));
+  ASSERT_TRUE(c().DeleteSandboxAndWait(id, 60s));
+  EXPECT_TRUE(QemuPids(daemon_->data_dir()).empty());
+}
+
+TEST_F(MicrovmTest, SuspendAndWakeKeepARunningCommand) {
+  std::string id = Create();
+  ASSERT_FALSE(id.empty());
+  auto cmd = c().StartCommand(id, {{"cmd", "i=0; while [ $i -lt 6 ]; do echo tick-$i; i=$((i+1)); sleep 0.5; done"}});
+  ASSERT_TRUE(cmd);
+  std::string cid = (*cmd)["id"];
+  std::this_thread::sleep_for(1s);
+  ASSERT_TRUE(c().TransitionAndWait(id, client::Transition::kSuspend));
+  EXPECT_TRUE(QemuPids(daemon_->data_dir()).empty()) << "a suspended VM has no process";
+  ASSERT_TRUE(c().TransitionAndWait(id, client::Transition::kWake));
+  auto done = c().GetCommand(id, cid, 30s);
+  ASSERT_TRUE(done);
+  EXPECT_EQ((*done)["state"], "exited");
+  auto out = c().ReadOutput(id, cid, "stdout", 0);
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->bytes, "tick-0\ntick-1\ntick-2\ntick-3\ntick-4\ntick-5\n");
+  ASSERT_TRUE(c().DeleteSandboxAndWait(id, 60s));
+}
+
+TEST_F(MicrovmTest, ForkARunningVm) {
+  std::string id = Create();
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(c().WriteFile(id, "/root/parent.txt", "p"));
+  auto forks = c().ForkAndWait(id, 2);
+  ASSERT_TRUE(forks) << forks.error().message;
+  ASSERT_EQ(forks->size(), 2u);
+  for (const auto& f : *forks) {
+    EXPECT_EQ(f.state, "running") << f.error;
+    auto r = c().ReadFile(f.id, "/root/parent.txt");
+    EXPECT_EQ(r ? *r : r.error().message, "p");
+    auto echo = c().Run(f.id, std::vector<std::string>{"echo", f.id});
+    ASSERT_TRUE(echo);
+    EXPECT_EQ(echo->out, f.id + "\n");
+  }
+  EXPECT_EQ(QemuPids(daemon_->data_dir()).size(), 3u);
+  for (const auto& f : *forks) EXPECT_TRUE(c().DeleteSandboxAndWait(f.id, 60s));
+  ASSERT_TRUE(c().DeleteSandboxAndWait(id, 60s));
+  EXPECT_TRUE(QemuPids(daemon_->data_dir()).empty());
+}
+
+TEST_F(MicrovmTest, SurvivesARestartOfSpaced) {
+  std::string id = Create();
+  ASSERT_FALSE(id.empty());
+  auto cmd = c().StartCommand(id, {{"cmd", "sleep 1; echo after-restart"}});
+  ASSERT_TRUE(cmd);
+  daemon_->Kill();
+  ASSERT_EQ(QemuPids(daemon_->data_dir()).size(), 1u) << "QEMU runs on without spaced";
+  ASSERT_TRUE(daemon_->Start());
+  auto done = c().GetCommand(id, (*cmd)["id"].get<std::string>(), 30s);
+  ASSERT_TRUE(done);
+  EXPECT_EQ((*done)["state"], "exited");
+  auto out = c().ReadOutput(id, (*cmd)["id"].get<std::string>(), "stdout", 0);
+  EXPECT_EQ(out ? out->bytes : out.error().message, "after-restart\n");
+  ASSERT_TRUE(c().DeleteSandboxAndWait(id, 60s));
+}
+
+TEST_F(MicrovmTest, AVmKilledFromOutsideIsAnError) {
+  std::string id = Create();
+  ASSERT_FALSE(id.empty());
+  auto pids = QemuPids(daemon_->data_dir());
+  ASSERT_EQ(pids.size(), 1u);
+  ::kill(pids[0], SIGKILL);
+  EXPECT_EQ(WaitState(c(), id, "error"), "error");
+  ASSERT_TRUE(c().DeleteSandboxAndWait(id, 60s));
+}
+
+TEST_F(MicrovmTest, CorruptOrTruncatedSnapshotsFailCleanly) {
+  std::string id = Create();
+  ASSERT_FALSE(id.empty());
+  auto snap = c().SnapshotAndWait(id);
+  ASSERT_TRUE(snap) << snap.error().message;
+  ASSERT_TRUE(c().DeleteSandboxAndWait(id, 60s));
+  std::string state = daemon_->data_dir() + "/runtime/microvm/snapshots/" + *snap + "/state";
+  auto bytes = sys::ReadFile(state);
+  ASSERT_TRUE(bytes);
+  for (const std::string& bad : {bytes->substr(0, bytes->size() / 2), std::string(4096, 'z')}) {
+    ASSERT_TRUE(sys::WriteFileAtomic(state, bad, 0600));
+    auto from = c().CreateSandboxAndWait({{"snapshot", *snap}}, 60s);
+    ASSERT_FALSE(from);
+    EXPECT_NE(from.error().message.find("saved state could not be loaded"), std::string::npos)
+        << from.error().message;
+    EXPECT_TRUE(QemuPids(daemon_->data_dir()).empty());
+  }
+  auto list = c().ListSandboxes();
+  ASSERT_TRUE(list);
+  for (const auto& sb : *list) {
+    EXPECT_EQ(sb["state"], "error");
+    EXPECT_TRUE(c().DeleteSandboxAndWait(sb["id"].get<std::string>(), 60s));
+  }
+}
+
+// ---------------------------------------------------------------- broken guests
+
+class BrokenGuestTest : public ::testing::Test {
+ protected:
+  void SetUp() override { SPACE_REQUIRE_VMS(); }
+  // Starts a daemon with `args`, creates a microvm sandbox, expects it to fail with a
+  // message containing `want`, and no QEMU to be left.
+  void ExpectCreateFails(std::vector<std::string> args, const std::string& want) {
+    args.insert(args.end(), {"--microvm-accel", "tcg", "--no-microvm-template-snapshots",
+                             "--microvm-boot-timeout-ms", "4000"});
+    Daemon d(args);
+    ASSERT_TRUE(d.Start());
+    auto t0 = std::chrono::steady_clock::now();
+    auto sb = d.client().CreateSandboxAndWait({{"runtime", "microvm"}}, 60s);
+    ASSERT_FALSE(sb);
+    EXPECT_NE(sb.error().message.find(want), std::string::npos) << sb.error().message;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
+    EXPECT_TRUE(QemuPids(d.data_dir()).empty());
+    auto list = d.client().ListSandboxes();
+    ASSERT_TRUE(list);
+    ASSERT_EQ(list->size(), 1u);
+    EXPECT_EQ((*list)[0]["state"], "error");
+    // The oci runtime is unaffected.
+    std::string oci = CreateSandbox(d.client(), {{"runtime", "oci"}});
+    EXPECT_FALSE(oci.empty());
+  }
+};
+
+TEST_F(BrokenGuestTest, MissingKernel) {
+  ExpectCreateFails({"--microvm-kernel", "/nonexistent/vmlinux"}, "guest kernel /nonexistent/vmlinux is missing");
+}
+
+TEST_F(BrokenGuestTest, QemuExitsDuringBoot) {
+  auto dir = sys::TempDir::Create("/tmp", "space-initrd-");
+  ASSERT_TRUE(dir);
+  std::string initrd = MakeInitrd(dir->path(), "/bin/busybox poweroff -f");
+  ExpectCreateFails({"--microvm-initrd", initrd}, "QEMU exited during boot");
+}
+
+TEST_F(BrokenGuestTest, AgentNeverComesUp) {
+  auto dir = sys::TempDir::Create("/tmp", "space-initrd-");
+  ASSERT_TRUE(dir);
+  std::string initrd = MakeInitrd(dir->path(), "while true; do /bin/busybox sleep 100; done");
+  ExpectCreateFails({"--microvm-initrd", initrd}, "did not come up within 4000 ms");
+}
+
+}  // namespace
+}  // namespace space::testing
