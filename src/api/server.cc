@@ -254,8 +254,11 @@ Awaitable<Result<store::OperationRecord>> AwaitOperation(Ctx& ctx, const std::st
 
 Awaitable<bool> AwaitOrFail(Ctx& ctx, store::OperationRecord* op, int64_t wait_ms) {
   if (wait_ms <= 0) co_return false;
-  auto done = co_await AwaitOperation(ctx, op->id, wait_ms);
-  if (done) *op = *done;
+  // Already over (a warm-pool claim is): no need to look it up again.
+  if (!Finished(*op)) {
+    auto done = co_await AwaitOperation(ctx, op->id, wait_ms);
+    if (done) *op = *done;
+  }
   if (op->state != "failed") co_return false;
   Error e(ErrcFromName(op->error_code), 0, op->error_message);
   co_await ctx.ReplyError(e);
