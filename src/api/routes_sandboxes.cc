@@ -139,10 +139,13 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
       const Json token_fields = {{"token", token.first},
                                  {"token_expires_at", FormatRfc3339(token.second * 1000)}};
       if (wait_ms > 0) {
-        auto done = co_await AwaitOperation(ctx, op.id, wait_ms);
-        if (done) op = *done;
-        auto latest = co_await ctx.Blocking([&] { return p->GetSandbox(sb.id); });
-        if (latest) sb = *latest;
+        // A warm-pool claim is over already, with its sandbox as answered: no lookups.
+        if (!Finished(op)) {
+          auto done = co_await AwaitOperation(ctx, op.id, wait_ms);
+          if (done) op = *done;
+          auto latest = co_await ctx.Blocking([&] { return p->GetSandbox(sb.id); });
+          if (latest) sb = *latest;
+        }
         if (op.state == "failed") {
           co_await ctx.ReplyError(Error{ErrcFromName(op.error_code), 0, op.error_message});
           co_return true;
