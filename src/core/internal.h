@@ -122,9 +122,12 @@ struct Platform::Impl {
   // Claims a pool member for `req` if one fits; nullptr if none.
   std::shared_ptr<Sandbox> ClaimFromPool(const CreateSandboxRequest& req);
   // Root filesystem + instance + agent for a sandbox in state creating; on failure
-  // releases what it made and marks the sandbox error. Caller holds sb->mu.
+  // releases what it made and marks the sandbox error. Caller holds sb->mu. With `done`,
+  // success commits the running sandbox and *done (finished as succeeded with `result`)
+  // in one transaction; without, the sandbox alone.
   Status BringUp(const std::shared_ptr<Sandbox>& sb, const std::string& digest,
-                 const std::string& snapshot);
+                 const std::string& snapshot, store::OperationRecord* done = nullptr,
+                 Json result = {});
   void RunSnapshot(std::shared_ptr<Sandbox> sb, store::OperationRecord op, std::string snap_id);
   void RunFork(std::shared_ptr<Sandbox> sb, store::OperationRecord op,
                std::vector<std::shared_ptr<Sandbox>> children);

@@ -454,15 +454,17 @@ void Platform::Impl::RunCreate(std::shared_ptr<Sandbox> sb, store::OperationReco
   op.state = "running";
   SaveOperation(op);
   Status st;
+  Json result = {{"sandbox_id", sb->rec.id}};
   {
     std::lock_guard lock(sb->mu);
-    st = BringUp(sb, digest, snapshot);
+    st = BringUp(sb, digest, snapshot, &op, result);
   }
-  FinishOperation(op, st, {{"sandbox_id", sb->rec.id}});
+  if (!st) FinishOperation(op, st, result);  // success was committed with the sandbox
 }
 
 Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::string& digest,
-                               const std::string& snapshot) {
+                               const std::string& snapshot, store::OperationRecord* done,
+                               Json result) {
   auto* rt = RuntimeFor(sb->rec);
   auto run = [&]() -> Status {
     if (!rt) return Fail(Errc::kInvalidArgument, "runtime " + sb->rec.runtime + " is gone");
@@ -501,7 +503,15 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
     int64_t timeout_s = JsonIntOr(sb->rec.spec, "timeout_s", 0);
     sb->rec.spec["expires_ms"] = timeout_s > 0 ? NowUnixMillis() + timeout_s * 1000 : 0;
     sb->last_activity_ms = NowUnixMillis();
-    return SaveSandbox(*sb);
+    if (!done) return SaveSandbox(*sb);
+    // One commit for both: the sandbox is running and its create succeeded.
+    sb->rec.updated_ms = done->updated_ms = NowUnixMillis();
+    done->state = "succeeded";
+    done->result = std::move(result);
+    SPACE_TRY(store->PutSandboxAndOperation(sb->rec, *done));
+    self->notifier().Notify("sb:" + sb->rec.id);
+    self->notifier().Notify("op:" + done->id);
+    return Ok();
   };
   auto st = run();
   if (!st) {
