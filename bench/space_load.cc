@@ -82,6 +82,7 @@ auto Throttled(Totals& t, F call) -> decltype(call()) {
 void ClientLoop(const std::string& url, const std::string& key, Clock::time_point end,
                 int commands, int lines, Totals& t) {
   client::ClientOptions opts;
+  opts.retry_busy_for = std::chrono::milliseconds{0};  // 429s are counted and honoured here
   client::Client c(url, key, opts);
   const std::string expect = SeqOutput(lines);
   while (Clock::now() < end) {

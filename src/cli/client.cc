@@ -346,6 +346,24 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
 }  // namespace
 
 Result<HttpResponse> Client::Perform(Transfer& t) {
+  // spaced answers 429 before doing anything when it is at a limit; wait what its
+  // Retry-After says and ask again, for up to options.retry_busy_for. Streaming uploads
+  // cannot be replayed and are not retried.
+  const auto until = std::chrono::steady_clock::now() + impl_->options.retry_busy_for;
+  for (;;) {
+    auto r = PerformOnce(t);
+    if (!r || r->status != 429 || t.reader || std::chrono::steady_clock::now() >= until) return r;
+    long secs = 1;
+    if (auto v = r->Header("Retry-After")) secs = std::clamp(std::atol(v->c_str()), 1L, 10L);
+    auto left = std::chrono::duration_cast<milliseconds>(until - std::chrono::steady_clock::now());
+    std::this_thread::sleep_for(std::min<milliseconds>(std::chrono::seconds(secs), left));
+    t.response = HttpResponse{};
+    t.sink_stopped = false;
+    t.errbuf[0] = '\0';
+  }
+}
+
+Result<HttpResponse> Client::PerformOnce(Transfer& t) {
   CURL* h = impl_->Acquire();
   if (!h) return Fail(Errc::kResourceExhausted, "curl_easy_init failed");
   struct Lease {

@@ -102,6 +102,9 @@ struct ClientOptions {
   // Cap on any single request, 0 = none. Requests with `wait` and output streams can
   // legitimately last minutes, so the default is none.
   milliseconds request_timeout{0};
+  // How long to keep retrying requests spaced refused with 429 (it is at a configured
+  // limit), honouring Retry-After; 0 = report the 429 at once.
+  milliseconds retry_busy_for{30000};
 };
 
 // Byte sink for downloads; return false to abort (the call then fails with the error the
@@ -330,7 +333,8 @@ class Client {
  private:
   struct Impl;
   struct Transfer;
-  Result<HttpResponse> Perform(Transfer& t);
+  Result<HttpResponse> Perform(Transfer& t);  // PerformOnce, retrying 429s (retry_busy_for)
+  Result<HttpResponse> PerformOnce(Transfer& t);
   // Performs `t` as a mux stream (see StreamMux); `command_id`, if given, receives the
   // Space-Command-Id header.
   Result<Json> PerformMux(Transfer& t, std::string_view what, MuxOffsets& offsets,

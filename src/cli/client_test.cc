@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <atomic>
 #include <random>
 
 #include "cli/test_http_server.h"
@@ -190,6 +191,33 @@ TEST(Client, SendsKeyJsonBodyAndParsesAnswer) {
   EXPECT_EQ(reqs[0].Header("content-type"), "application/json");
   EXPECT_EQ(reqs[0].Header("expect"), "");
   EXPECT_EQ(*ParseJson(reqs[0].body), body);
+}
+
+TEST(Client, RetriesA429AfterItsRetryAfter) {
+  std::atomic<int> calls{0};
+  FakeHttpServer server([&](const FakeRequest&, FakeConn& conn) {
+    if (calls++ == 0) {
+      conn.Write(ResponseText(429, R"({"error":{"code":"resource_exhausted","message":"busy"}})",
+                              {"Retry-After: 1"}));
+      return;
+    }
+    conn.Write(ResponseText(200, R"({"sandboxes":[]})"));
+  });
+  Client c(server.url(), "k");
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = c.ListSandboxes();
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(900));
+
+  calls = 0;
+  ClientOptions once;
+  once.retry_busy_for = std::chrono::milliseconds{0};
+  Client impatient(server.url(), "k", once);
+  auto busy = impatient.ListSandboxes();
+  ASSERT_FALSE(busy);
+  EXPECT_EQ(busy.error().code, Errc::kResourceExhausted);
+  EXPECT_EQ(calls.load(), 1);
 }
 
 TEST(Client, NoKeyNoAuthorizationHeader) {

@@ -11,7 +11,9 @@ TEST(OverloadTest, RequestsBeyondTheInflightLimitGet429WithRetryAfter) {
   SPACE_REQUIRE_SANDBOXES();
   Daemon d({"--max-inflight", "2"});
   ASSERT_TRUE(d.Start());
-  auto& c = d.client();
+  client::ClientOptions no_retry;
+  no_retry.retry_busy_for = std::chrono::milliseconds{0};  // see the 429s themselves
+  client::Client c(d.url(), d.api_key(), no_retry);
   auto sb = c.CreateSandboxAndWait(Json::object(), 30s);
   ASSERT_TRUE(sb) << sb.error().message;
   std::string id = (*sb)["id"];
@@ -31,7 +33,7 @@ TEST(OverloadTest, RequestsBeyondTheInflightLimitGet429WithRetryAfter) {
   } joiner;
   auto& pollers = joiner.threads;
   for (int i = 0; i < 2; ++i) {
-    clients.push_back(std::make_unique<client::Client>(d.url(), d.api_key()));
+    clients.push_back(std::make_unique<client::Client>(d.url(), d.api_key(), no_retry));
     pollers.emplace_back([&, cl = clients.back().get()] {
       // Our own probes below may hold a slot for an instant: retry until admitted.
       for (int tries = 0; tries < 200; ++tries) {
@@ -75,7 +77,9 @@ TEST(OverloadTest, CreatesBeyondTheCreatingLimitGet429) {
   SPACE_REQUIRE_SANDBOXES();
   Daemon d({"--max-creating", "1"});
   ASSERT_TRUE(d.Start());
-  auto& c = d.client();
+  client::ClientOptions no_retry;
+  no_retry.retry_busy_for = std::chrono::milliseconds{0};
+  client::Client c(d.url(), d.api_key(), no_retry);
   // Fire creates without waiting: while the first is in progress, the next are refused.
   std::vector<std::string> accepted;
   int refused = 0;
@@ -106,6 +110,23 @@ TEST(OverloadTest, CreatesBeyondTheCreatingLimitGet429) {
   }
   auto later = c.CreateSandboxAndWait(Json::object(), 30s);
   EXPECT_TRUE(later) << later.error().message;
+}
+
+// A client left with its default options waits out 429s by itself (Retry-After).
+TEST(OverloadTest, TheClientRetriesRefusedCreates) {
+  SPACE_REQUIRE_SANDBOXES();
+  Daemon d({"--max-creating", "1"});
+  ASSERT_TRUE(d.Start());
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&] {
+      client::Client c(d.url(), d.api_key());
+      if (c.CreateSandboxAndWait(Json::object(), 60s)) ++ok;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 3);
 }
 
 }  // namespace
