@@ -212,6 +212,9 @@ Result<TimeoutRequest> ParseTimeout(const Json& body) {
   const Json* t = JsonField(body, "timeout");
   if (!t || !t->is_number() || t->get<double>() < 0)
     return Fail(Errc::kInvalidArgument, "timeout (seconds, 0 = none) is required");
+  // Bounded before the conversion: a double beyond int64 does not convert (UB).
+  if (t->get<double>() > 366.0 * 24 * 3600)
+    return Fail(Errc::kInvalidArgument, "timeout must be 0 (none) .. one year, in seconds");
   TimeoutRequest out;
   out.seconds = static_cast<int64_t>(t->get<double>());
   out.on_timeout = JsonStringOr(body, "on_timeout", "");
