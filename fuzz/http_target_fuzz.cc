@@ -52,9 +52,19 @@ void QueryValues(const api::Query& q) {
     std::string v = api::QueryValue(q, "limit");
     Check(v.find_first_not_of("0123456789") == std::string::npos, "an accepted limit is a number");
   }
-  if (auto l = api::ParseOperationsLimit(q)) Check(*l >= 0, "operations limit non-negative");
-  if (auto m = api::ParseFileMode(q)) Check(*m >= 0 && *m <= 07777, "mode 0..07777");
-  if (auto d = api::ParseListDepth(q)) Check(*d >= 1 && *d <= 16, "depth 1..16");
+  auto digits = [&](const char* key, const char* alphabet) {
+    std::string v = api::QueryValue(q, key);
+    return v.find_first_not_of(alphabet) == std::string::npos;
+  };
+  if (auto l = api::ParseOperationsLimit(q)) {
+    Check(*l >= 0 && digits("limit", "0123456789"), "operations limit: a number");
+  }
+  if (auto m = api::ParseFileMode(q)) {
+    Check(*m >= 0 && *m <= 07777 && digits("mode", "01234567"), "mode: octal 0..07777");
+  }
+  if (auto d = api::ParseListDepth(q)) {
+    Check(*d >= 1 && *d <= 16 && digits("depth", "0123456789"), "depth: 1..16");
+  }
   if (auto f = api::ParseSandboxFilter(q)) {
     for (const auto& [k, v] : f->labels) Check(!k.empty(), "label keys non-empty");
   }

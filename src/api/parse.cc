@@ -2,9 +2,10 @@
 #include "api/parse.h"
 
 #include <cctype>
-#include <cerrno>
+#include <charconv>
 #include <csignal>
 #include <cstdlib>
+#include <limits>
 #include <set>
 
 #include <boost/beast/core/detail/base64.hpp>
@@ -12,6 +13,34 @@
 namespace space::api {
 
 // ---------------------------------------------------------------- target and query
+
+namespace {
+
+// A query value that is all digits of `base`: no sign, spaces or NUL (strtoull skipped
+// spaces, wrapped " -5" to 2^64-5 and stopped at a decoded %00). Values beyond uint64
+// saturate with `overflow` set.
+struct Number {
+  bool ok = false;
+  bool overflow = false;
+  uint64_t value = 0;
+};
+
+Number Digits(std::string_view v, int base) {
+  Number n;
+  if (v.empty()) return n;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n.value, base);
+  if (end != v.data() + v.size()) return n;
+  if (ec == std::errc::result_out_of_range) {
+    n.overflow = true;
+    n.value = std::numeric_limits<uint64_t>::max();
+  } else if (ec != std::errc()) {
+    return n;
+  }
+  n.ok = true;
+  return n;
+}
+
+}  // namespace
 
 Target ParseTarget(std::string_view target) {
   Target t;
@@ -224,9 +253,9 @@ Result<TimeoutRequest> ParseTimeout(const Json& body) {
 Result<int64_t> ParseOperationsLimit(const Query& q) {
   int64_t limit = 100;
   if (auto l = QueryValue(q, "limit"); !l.empty()) {
-    char* end = nullptr;
-    limit = std::strtoll(l.c_str(), &end, 10);
-    if (*end || limit < 0) return Fail(Errc::kInvalidArgument, "limit must be a number");
+    Number n = Digits(l, 10);
+    if (!n.ok) return Fail(Errc::kInvalidArgument, "limit must be a number");
+    limit = static_cast<int64_t>(std::min<uint64_t>(n.value, std::numeric_limits<int64_t>::max()));
   }
   return limit;
 }
@@ -325,23 +354,17 @@ Result<int> ParseSignal(const Json& body) {
 }
 
 Result<uint64_t> ParseOffset(const Query& q, const std::string& key) {
-  std::string v = QueryValue(q, key, "0");
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-  if (v.empty() || *end || errno || v[0] == '-')
-    return Fail(Errc::kInvalidArgument, key + " must be a non-negative integer");
-  return static_cast<uint64_t>(n);
+  Number n = Digits(QueryValue(q, key, "0"), 10);
+  if (!n.ok || n.overflow) return Fail(Errc::kInvalidArgument, key + " must be a non-negative integer");
+  return n.value;
 }
 
 Result<size_t> ParseOutputLimit(const Query& q) {
   size_t limit = 8u << 20;
   if (auto l = QueryValue(q, "limit"); !l.empty()) {
-    char* end = nullptr;
-    unsigned long long n = std::strtoull(l.c_str(), &end, 10);
-    if (*end || n == 0 || l[0] == '-')
-      return Fail(Errc::kInvalidArgument, "limit must be a positive integer");
-    limit = std::min<size_t>(n, 64u << 20);
+    Number n = Digits(l, 10);
+    if (!n.ok || n.value == 0) return Fail(Errc::kInvalidArgument, "limit must be a positive integer");
+    limit = static_cast<size_t>(std::min<uint64_t>(n.value, 64u << 20));
   }
   return limit;
 }
@@ -353,10 +376,9 @@ bool Truthy(const std::string& v) { return v == "1" || v == "true" || v == "yes"
 Result<int> ParseFileMode(const Query& q) {
   int mode = 0644;
   if (auto m = QueryValue(q, "mode"); !m.empty()) {
-    char* end = nullptr;
-    long v = std::strtol(m.c_str(), &end, 8);
-    if (*end || v < 0 || v > 07777) return Fail(Errc::kInvalidArgument, "mode must be octal, e.g. 0644");
-    mode = static_cast<int>(v);
+    Number n = Digits(m, 8);
+    if (!n.ok || n.value > 07777) return Fail(Errc::kInvalidArgument, "mode must be octal, e.g. 0644");
+    mode = static_cast<int>(n.value);
   }
   return mode;
 }
@@ -364,10 +386,9 @@ Result<int> ParseFileMode(const Query& q) {
 Result<int> ParseListDepth(const Query& q) {
   int depth = 1;
   if (auto d = QueryValue(q, "depth"); !d.empty()) {
-    char* end = nullptr;
-    long v = std::strtol(d.c_str(), &end, 10);
-    if (*end || v < 1 || v > 16) return Fail(Errc::kInvalidArgument, "depth must be 1..16");
-    depth = static_cast<int>(v);
+    Number n = Digits(d, 10);
+    if (!n.ok || n.value < 1 || n.value > 16) return Fail(Errc::kInvalidArgument, "depth must be 1..16");
+    depth = static_cast<int>(n.value);
   }
   return depth;
 }

@@ -25,6 +25,12 @@ TEST(ParseQuery, ValuesAndRanges) {
   EXPECT_EQ(WaitMillis(ParseTarget("/?wait=soon").query), -1);
   EXPECT_EQ(*ParseOffset(ParseTarget("/?offset=42").query, "offset"), 42u);
   EXPECT_FALSE(ParseOffset(ParseTarget("/?offset=-1").query, "offset"));
+  // strtoull read these as 0 and 2^64-5; found by fuzz/http_target.
+  EXPECT_FALSE(ParseOffset(ParseTarget("/?offset=%00123").query, "offset"));
+  EXPECT_FALSE(ParseOffset(ParseTarget("/?offset=%20-5").query, "offset"));
+  EXPECT_FALSE(ParseFileMode(ParseTarget("/?mode=%00").query));
+  EXPECT_EQ(*ParseOperationsLimit(ParseTarget("/?limit=99999999999999999999999").query),
+            INT64_MAX);
   EXPECT_EQ(*ParseOutputLimit(ParseTarget("/?limit=999999999999").query), 64u << 20);
   EXPECT_FALSE(ParseListDepth(ParseTarget("/?depth=17").query));
   EXPECT_EQ(*ParseFileMode(ParseTarget("/?mode=0755").query), 0755);
