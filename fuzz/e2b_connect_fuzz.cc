@@ -57,6 +57,8 @@ void Unary(const Json& msg) {
   }
   if (auto sig = e2b::ParseSendSignal(msg)) {
     Check(*sig == SIGKILL || *sig == SIGTERM, "SendSignal: KILL or TERM only");
+    const Json* v = rpc::Field(msg, "signal");
+    Check(!v->is_number_integer() || v->get<int64_t>() == *sig, "SendSignal: the number sent");
   }
   if (auto size = e2b::ParseUpdate(msg)) {
     Check(size->cols >= 1 && size->cols <= 4096 && size->rows >= 1 && size->rows <= 4096,

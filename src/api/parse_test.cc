@@ -70,6 +70,13 @@ TEST(ParseBodies, CommandAndMint) {
   EXPECT_EQ(same->command_id, "cmd-0123456789abcdef");
 }
 
+TEST(E2bParse, SendSignal) {
+  EXPECT_EQ(*e2b::ParseSendSignal(Body(R"({"signal":"SIGNAL_SIGKILL"})")), 9);
+  EXPECT_EQ(*e2b::ParseSendSignal(Body(R"({"signal":15})")), 15);
+  EXPECT_FALSE(e2b::ParseSendSignal(Body(R"({"signal":4294967305})")));  // 2^32 + 9
+  EXPECT_FALSE(e2b::ParseSendSignal(Body(R"({"signal":2})")));
+}
+
 TEST(E2bParse, MultipartInPieces) {
   e2b::Multipart mp(e2b::MultipartBoundary("multipart/form-data; boundary=\"XY\""));
   std::string name, bytes;

@@ -177,7 +177,9 @@ Result<std::string> ParseSendInput(const Json& req) {
 Result<int> ParseSendSignal(const Json& req) {
   const Json* sig = rpc::Field(req, "signal");
   int n = 0;
-  if (sig && sig->is_number_integer()) n = sig->get<int>();
+  // Compared as int64: get<int>() truncated, so 2^32 + 9 was SIGKILL.
+  if (sig && sig->is_number_integer()) n = sig->get<int64_t>() == SIGKILL ? SIGKILL
+                                         : sig->get<int64_t>() == SIGTERM ? SIGTERM : 0;
   if (sig && sig->is_string()) {
     std::string name = sig->get<std::string>();
     n = name == "SIGNAL_SIGKILL" ? SIGKILL : name == "SIGNAL_SIGTERM" ? SIGTERM : 0;
