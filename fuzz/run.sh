@@ -5,14 +5,14 @@
 # so the checked-in seeds stay small). Prints the execution count and any crash files.
 # Exits 1 if the fuzzer found a crash, leak, timeout or OOM.
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 if [ $# -lt 2 ]; then
   echo "usage: $0 TARGET SECONDS [libFuzzer flags...]" >&2
-  echo "targets: agent_frames agent_message template_spec json_body mux_stream http_request" >&2
+  echo "targets (one per fuzz/corpus/ directory): $(ls "$root/fuzz/corpus" | tr '\n' ' ')" >&2
   exit 2
 fi
 target=$1 secs=$2
 shift 2
-root=$(cd "$(dirname "$0")/.." && pwd)
 build=${SPACE_FUZZ_BUILD:-$root/build-fuzz}
 [ -d "$root/fuzz/corpus/$target" ] || { echo "no such target: $target" >&2; exit 2; }
 

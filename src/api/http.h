@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "api/api.h"
+#include "api/parse.h"
 #include "api/views.h"
 #include "common/json.h"
 #include "core/core.h"
@@ -37,16 +38,6 @@ using tcp = asio::ip::tcp;
 template <class T>
 using Awaitable = asio::awaitable<T>;
 
-// Who sent a request: set by the server before any route runs (api/access.cc).
-struct Principal {
-  enum class Kind { kNone, kOperator, kToken };
-  Kind kind = Kind::kNone;
-  std::string key_name;   // kOperator: the API key's name ("no-auth" under --no-auth)
-  auth::Claims claims;    // kToken: the verified claims
-  bool is_operator() const { return kind == Kind::kOperator; }
-  bool is_token() const { return kind == Kind::kToken; }
-};
-
 struct Ctx {
   core::Platform* platform;
   asio::thread_pool* pool;
@@ -57,7 +48,7 @@ struct Ctx {
   std::string method;
   std::string path;                                 // without the query
   std::vector<std::string> segments;                // path split on '/'
-  std::multimap<std::string, std::string> query;
+  std::multimap<std::string, std::string> query;  // api::Query
   bool keep_alive = true;
   bool body_consumed = false;
   Principal principal;
@@ -165,13 +156,8 @@ Awaitable<void> StreamOutput(Ctx& ctx, std::string sb, std::string cid, uint64_t
                              uint64_t err_off, const OutputEmitFn& emit,
                              const OutputFinishFn& finish, const OutputKeepaliveFn& keepalive);
 
-// Decodes %XX escapes and '+' (as a space) of a URL component.
-std::string PercentDecode(std::string_view s);
-
-// Parses a terminal size {"cols":N,"rows":N} (each 1..4096).
-[[nodiscard]] Result<core::CommandRequest::PtySize> ParsePtySize(const Json& j);
-
-// Parses ?wait=30s (capped at 5 minutes); 0 if absent; -1 if malformed.
+// Parses ?wait=30s (capped at 5 minutes); 0 if absent; -1 if malformed. The request parsers
+// (target, query values, bodies) are in api/parse.h.
 int64_t WaitMillis(const Ctx& ctx);
 
 // ---- access control (access.cc) ----

@@ -22,51 +22,6 @@ Json TokenJson(const std::string& token, const auth::Claims& c) {
   return j;
 }
 
-// The claims a mint request asks for, checked against what the caller holds: never a
-// scope, a command or a lifetime beyond its own token.
-Result<auth::Claims> ParseMint(const Ctx& ctx, const Json& body) {
-  for (const auto& [k, v] : body.items()) {
-    static const std::set<std::string> kKnown = {"scopes", "ttl_s", "command_id"};
-    if (!kKnown.count(k)) return Fail(Errc::kInvalidArgument, "unknown field \"" + k + "\"");
-  }
-  const Principal& who = ctx.principal;
-  auth::Claims c;
-  c.scopes = who.is_token() ? who.claims.scopes : auth::kAllSandboxScopes;
-  c.command_id = who.is_token() ? who.claims.command_id : "";
-  if (const Json* s = JsonField(body, "scopes")) {
-    if (!s->is_array()) return Fail(Errc::kInvalidArgument, "scopes must be an array of strings");
-    std::vector<std::string> names;
-    for (const Json& n : *s) {
-      if (!n.is_string()) return Fail(Errc::kInvalidArgument, "scopes must be an array of strings");
-      names.push_back(n.get<std::string>());
-    }
-    auto parsed = auth::ParseScopes(names);
-    if (!parsed) return tl::unexpected(parsed.error());
-    if (*parsed == 0) return Fail(Errc::kInvalidArgument, "scopes must not be empty");
-    c.scopes = *parsed;
-  }
-  if (const Json* cmd = JsonField(body, "command_id")) {
-    if (!cmd->is_string() || !IsValidId(cmd->get<std::string>(), "cmd"))
-      return Fail(Errc::kInvalidArgument, "command_id must be a command id");
-    c.command_id = cmd->get<std::string>();
-  }
-  if (const Json* t = JsonField(body, "ttl_s")) {
-    if (!t->is_number_integer() || t->get<int64_t>() <= 0)
-      return Fail(Errc::kInvalidArgument, "ttl_s must be a positive integer");
-    c.expires_s = t->get<int64_t>();  // a TTL until MintToken applies it
-  }
-  if (who.is_token()) {
-    if (c.scopes & ~who.claims.scopes)
-      return Fail(Errc::kPermissionDenied, "cannot mint a token broader than your own");
-    if (!who.claims.command_id.empty() && c.command_id != who.claims.command_id)
-      return Fail(Errc::kPermissionDenied, "your token is bound to command " + who.claims.command_id);
-  }
-  if (!c.command_id.empty() && (c.scopes & ~auth::kAttachScopes))
-    return Fail(Errc::kInvalidArgument,
-                "a token bound to a command carries only commands:read and commands:write");
-  return c;
-}
-
 }  // namespace
 
 Awaitable<bool> RouteAccess(Ctx& ctx) {
@@ -135,7 +90,7 @@ Awaitable<bool> RouteAccess(Ctx& ctx) {
       co_await ctx.ReplyError(body.error());
       co_return true;
     }
-    auto want = ParseMint(ctx, *body);
+    auto want = ParseMint(ctx.principal, *body);
     if (!want) {
       co_await ctx.ReplyError(want.error());
       co_return true;

@@ -12,111 +12,6 @@ namespace {
 
 using store::OutputStream;
 
-Result<core::CommandRequest> ParseCommand(const Json& body) {
-  core::CommandRequest req;
-  for (const auto& [k, v] : body.items()) {
-    static const std::set<std::string> kKnown = {"argv", "cmd", "env", "cwd", "user", "stdin", "timeout",
-                                                 "pty"};
-    if (!kKnown.count(k)) return Fail(Errc::kInvalidArgument, "unknown field \"" + k + "\"");
-  }
-  if (const Json* a = JsonField(body, "argv")) {
-    if (!a->is_array()) return Fail(Errc::kInvalidArgument, "argv must be an array of strings");
-    for (const auto& e : *a) {
-      if (!e.is_string()) return Fail(Errc::kInvalidArgument, "argv must be an array of strings");
-      req.argv.push_back(e.get<std::string>());
-    }
-    if (req.argv.empty()) return Fail(Errc::kInvalidArgument, "argv must not be empty");
-  }
-  if (const Json* c = JsonField(body, "cmd")) {
-    if (!c->is_string()) return Fail(Errc::kInvalidArgument, "cmd must be a string");
-    req.shell = c->get<std::string>();
-    if (req.shell.empty()) return Fail(Errc::kInvalidArgument, "cmd must not be empty");
-  }
-  if (const Json* e = JsonField(body, "env")) {
-    if (!e->is_object()) return Fail(Errc::kInvalidArgument, "env must be an object");
-    for (const auto& [k, v] : e->items()) {
-      if (!v.is_string()) return Fail(Errc::kInvalidArgument, "env." + k + " must be a string");
-      req.env[k] = v.get<std::string>();
-    }
-  }
-  if (const Json* c = JsonField(body, "cwd")) {
-    if (!c->is_string()) return Fail(Errc::kInvalidArgument, "cwd must be a string");
-    req.cwd = c->get<std::string>();
-  }
-  if (const Json* u = JsonField(body, "user")) {
-    if (u->is_string()) {
-      req.user = u->get<std::string>();
-    } else if (u->is_number_unsigned()) {
-      req.user = std::to_string(u->get<uint64_t>());
-    } else {
-      return Fail(Errc::kInvalidArgument, "user must be a name or a uid");
-    }
-  }
-  if (const Json* s = JsonField(body, "stdin")) {
-    if (!s->is_boolean()) return Fail(Errc::kInvalidArgument, "stdin must be a boolean");
-    req.stdin = s->get<bool>();
-  }
-  if (const Json* t = JsonField(body, "timeout")) {
-    if (!t->is_number() || t->get<double>() < 0 || t->get<double>() > 1e7)
-      return Fail(Errc::kInvalidArgument, "timeout must be a number of seconds (0 = none)");
-    req.timeout_ms = static_cast<int64_t>(t->get<double>() * 1000);
-  }
-  if (const Json* t = JsonField(body, "pty"); t && !t->is_null()) {
-    auto size = ParsePtySize(*t);
-    if (!size) return tl::unexpected(size.error());
-    req.pty = *size;
-  }
-  if (req.argv.empty() == req.shell.empty())
-    return Fail(Errc::kInvalidArgument, "give exactly one of argv or cmd");
-  return req;
-}
-
-}  // namespace
-
-Result<core::CommandRequest::PtySize> ParsePtySize(const Json& j) {
-  if (!j.is_object()) return Fail(Errc::kInvalidArgument, "pty must be an object {cols, rows}");
-  core::CommandRequest::PtySize size;
-  for (auto [key, field] : {std::pair{"cols", &size.cols}, std::pair{"rows", &size.rows}}) {
-    const Json* v = JsonField(j, key);
-    if (!v || !v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > 4096)
-      return Fail(Errc::kInvalidArgument, std::string("pty.") + key + " must be 1..4096");
-    *field = static_cast<int>(v->get<int64_t>());
-  }
-  return size;
-}
-
-namespace {
-
-Result<int> ParseSignal(const Json& body) {
-  const Json* s = JsonField(body, "signal");
-  if (!s) return Fail(Errc::kInvalidArgument, "signal is required");
-  if (s->is_number_integer()) {
-    int64_t n = s->get<int64_t>();
-    if (n < 1 || n > 64) return Fail(Errc::kInvalidArgument, "signal must be 1..64");
-    return static_cast<int>(n);
-  }
-  if (!s->is_string()) return Fail(Errc::kInvalidArgument, "signal must be a name or a number");
-  std::string name = s->get<std::string>();
-  if (StartsWith(name, "SIG")) name = name.substr(3);
-  static const std::map<std::string, int> kNames = {
-      {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"KILL", SIGKILL},
-      {"TERM", SIGTERM}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"STOP", SIGSTOP},
-      {"CONT", SIGCONT}, {"ALRM", SIGALRM}, {"PIPE", SIGPIPE}, {"WINCH", SIGWINCH}};
-  auto it = kNames.find(name);
-  if (it == kNames.end()) return Fail(Errc::kInvalidArgument, "unknown signal \"" + name + "\"");
-  return it->second;
-}
-
-Result<uint64_t> ParseOffset(const Ctx& ctx, const std::string& key) {
-  std::string v = ctx.Query(key, "0");
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-  if (v.empty() || *end || errno || v[0] == '-')
-    return Fail(Errc::kInvalidArgument, key + " must be a non-negative integer");
-  return static_cast<uint64_t>(n);
-}
-
 std::string Base64(std::string_view s) {
   namespace b64 = beast::detail::base64;
   std::string out(b64::encoded_size(s.size()), '\0');
@@ -304,8 +199,8 @@ Awaitable<bool> RouteCommands(Ctx& ctx) {
     std::string accept = ctx.Header(http::field::accept);
     std::string format = ctx.Query("format");
     if (format == "mux" || format == "sse" || accept.find("text/event-stream") != std::string::npos) {
-      auto out_off = ParseOffset(ctx, "stdout_offset");
-      auto err_off = ParseOffset(ctx, "stderr_offset");
+      auto out_off = ParseOffset(ctx.query, "stdout_offset");
+      auto err_off = ParseOffset(ctx.query, "stderr_offset");
       if (!out_off || !err_off) {
         co_await ctx.ReplyError(!out_off ? out_off.error() : err_off.error());
         co_return true;
@@ -341,21 +236,17 @@ Awaitable<bool> RouteCommands(Ctx& ctx) {
       co_return true;
     }
     OutputStream st = sname == "stdout" ? OutputStream::kStdout : OutputStream::kStderr;
-    auto off = ParseOffset(ctx, "offset");
+    auto off = ParseOffset(ctx.query, "offset");
     if (!off) {
       co_await ctx.ReplyError(off.error());
       co_return true;
     }
-    size_t limit = 8u << 20;
-    if (auto l = ctx.Query("limit"); !l.empty()) {
-      char* end = nullptr;
-      unsigned long long n = std::strtoull(l.c_str(), &end, 10);
-      if (*end || n == 0 || l[0] == '-') {
-        co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "limit must be a positive integer"});
-        co_return true;
-      }
-      limit = std::min<size_t>(n, 64u << 20);
+    auto parsed_limit = ParseOutputLimit(ctx.query);
+    if (!parsed_limit) {
+      co_await ctx.ReplyError(parsed_limit.error());
+      co_return true;
     }
+    size_t limit = *parsed_limit;
     int64_t wait_ms = WaitMillis(ctx);
     if (wait_ms < 0) {
       co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "bad wait duration"});

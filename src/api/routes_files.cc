@@ -3,12 +3,6 @@
 
 namespace space::api {
 
-namespace {
-
-bool Truthy(const std::string& v) { return v == "1" || v == "true" || v == "yes"; }
-
-}  // namespace
-
 Awaitable<bool> RouteFiles(Ctx& ctx) {
   const auto& s = ctx.segments;
   if (s.size() != 4 || s[1] != "sandboxes" || !StartsWith(s[3], "files")) co_return false;
@@ -55,16 +49,12 @@ Awaitable<bool> RouteFiles(Ctx& ctx) {
   }
 
   if (verb == "files" && ctx.method == "PUT") {
-    int mode = 0644;
-    if (auto m = ctx.Query("mode"); !m.empty()) {
-      char* end = nullptr;
-      long v = std::strtol(m.c_str(), &end, 8);
-      if (*end || v < 0 || v > 07777) {
-        co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "mode must be octal, e.g. 0644"});
-        co_return true;
-      }
-      mode = static_cast<int>(v);
+    auto parsed_mode = ParseFileMode(ctx.query);
+    if (!parsed_mode) {
+      co_await ctx.ReplyError(parsed_mode.error());
+      co_return true;
     }
+    const int mode = *parsed_mode;
     if (auto st = core::ValidateSandboxPath(path); !st) {
       co_await ctx.ReplyError(st.error());
       co_return true;
@@ -115,16 +105,12 @@ Awaitable<bool> RouteFiles(Ctx& ctx) {
   }
 
   if (verb == "files:list" && ctx.method == "GET") {
-    int depth = 1;
-    if (auto d = ctx.Query("depth"); !d.empty()) {
-      char* end = nullptr;
-      long v = std::strtol(d.c_str(), &end, 10);
-      if (*end || v < 1 || v > 16) {
-        co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "depth must be 1..16"});
-        co_return true;
-      }
-      depth = static_cast<int>(v);
+    auto parsed_depth = ParseListDepth(ctx.query);
+    if (!parsed_depth) {
+      co_await ctx.ReplyError(parsed_depth.error());
+      co_return true;
     }
+    const int depth = *parsed_depth;
     if (path.empty()) path = "/";
     auto entries = co_await ctx.Blocking([&] { return p->ListFiles(sb, path, depth); });
     if (!entries) {
@@ -164,13 +150,13 @@ Awaitable<bool> RouteFiles(Ctx& ctx) {
       co_await ctx.ReplyError(body.error());
       co_return true;
     }
-    auto from = JsonString(*body, "from");
-    auto to = JsonString(*body, "to");
-    if (!from || !to) {
-      co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "from and to (strings) are required"});
+    auto names = ParseRename(*body);
+    if (!names) {
+      co_await ctx.ReplyError(names.error());
       co_return true;
     }
-    auto st = co_await ctx.Blocking([&] { return p->RenameFile(sb, *from, *to); });
+    const std::string from = names->first, to = names->second;
+    auto st = co_await ctx.Blocking([&] { return p->RenameFile(sb, from, to); });
     if (!st) {
       co_await ctx.ReplyError(st.error());
     } else {

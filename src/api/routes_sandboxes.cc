@@ -3,106 +3,6 @@
 
 namespace space::api {
 
-namespace {
-
-Result<std::map<std::string, std::string>> StringMap(const Json& body, const char* key) {
-  std::map<std::string, std::string> out;
-  const Json* f = JsonField(body, key);
-  if (!f) return out;
-  if (!f->is_object()) return Fail(Errc::kInvalidArgument, std::string(key) + " must be an object");
-  for (const auto& [k, v] : f->items()) {
-    if (!v.is_string())
-      return Fail(Errc::kInvalidArgument, std::string(key) + "." + k + " must be a string");
-    out[k] = v.get<std::string>();
-  }
-  return out;
-}
-
-Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
-  core::CreateSandboxRequest req;
-  for (const auto& [k, v] : body.items()) {
-    static const std::set<std::string> kKnown = {
-        "template", "snapshot",   "runtime",      "limits",         "env",      "metadata",
-        "network",  "timeout",    "on_timeout",   "idle_timeout",   "snapshot_every",
-        "keep_last"};
-    if (!kKnown.count(k)) return Fail(Errc::kInvalidArgument, "unknown field \"" + k + "\"");
-  }
-  if (const Json* t = JsonField(body, "template")) {
-    if (!t->is_string()) return Fail(Errc::kInvalidArgument, "template must be a string");
-    req.template_ref = t->get<std::string>();
-  }
-  if (const Json* sn = JsonField(body, "snapshot")) {
-    if (!sn->is_string()) return Fail(Errc::kInvalidArgument, "snapshot must be a snapshot id");
-    req.snapshot_id = sn->get<std::string>();
-    if (JsonField(body, "template"))
-      return Fail(Errc::kInvalidArgument, "give a template or a snapshot, not both");
-  }
-  if (const Json* r = JsonField(body, "runtime")) {
-    if (!r->is_string()) return Fail(Errc::kInvalidArgument, "runtime must be a string");
-    req.runtime = r->get<std::string>();
-  }
-  if (const Json* l = JsonField(body, "limits")) {
-    if (!l->is_object()) return Fail(Errc::kInvalidArgument, "limits must be an object");
-    for (const auto& [k, v] : l->items()) {
-      if (k == "cpus") {
-        if (!v.is_number()) return Fail(Errc::kInvalidArgument, "limits.cpus must be a number");
-        req.limits.cpus = v.get<double>();
-        continue;
-      }
-      if (!v.is_number_integer() || v.get<int64_t>() < 0)
-        return Fail(Errc::kInvalidArgument, "limits." + k + " must be a non-negative integer");
-      int64_t n = v.get<int64_t>();
-      if (k == "memory_bytes") {
-        req.limits.memory_bytes = n;
-      } else if (k == "pids") {
-        req.limits.pids = n;
-      } else if (k == "disk_bytes") {
-        req.limits.disk_bytes = n;
-      } else if (k == "nofile") {
-        req.limits.nofile = n;
-      } else {
-        return Fail(Errc::kInvalidArgument, "unknown limit \"" + k + "\"");
-      }
-    }
-  }
-  auto env = StringMap(body, "env");
-  if (!env) return tl::unexpected(env.error());
-  req.env = std::move(*env);
-  auto meta = StringMap(body, "metadata");
-  if (!meta) return tl::unexpected(meta.error());
-  req.metadata = std::move(*meta);
-  if (const Json* n = JsonField(body, "network")) {
-    if (!n->is_boolean()) return Fail(Errc::kInvalidArgument, "network must be a boolean");
-    req.network = n->get<bool>();
-  }
-  for (const char* key : {"snapshot_every", "keep_last"}) {
-    if (const Json* t = JsonField(body, key)) {
-      if (!t->is_number_integer() || t->get<int64_t>() < 0)
-        return Fail(Errc::kInvalidArgument, std::string(key) + " must be a non-negative integer");
-      (std::string(key) == "keep_last" ? req.keep_last : req.snapshot_every_s) = t->get<int64_t>();
-    }
-  }
-  for (const char* key : {"timeout", "idle_timeout"}) {
-    if (const Json* t = JsonField(body, key)) {
-      if (!t->is_number() || t->get<double>() < 0 || t->get<double>() > 366.0 * 24 * 3600)
-        return Fail(Errc::kInvalidArgument, std::string(key) + " must be seconds (0 = none)");
-      int64_t secs = static_cast<int64_t>(t->get<double>());
-      if (std::string(key) == "timeout") {
-        req.timeout_s = secs;
-      } else {
-        req.idle_timeout_s = secs;
-      }
-    }
-  }
-  if (const Json* o = JsonField(body, "on_timeout")) {
-    if (!o->is_string()) return Fail(Errc::kInvalidArgument, "on_timeout must be a string");
-    req.on_timeout = o->get<std::string>();
-  }
-  return req;
-}
-
-}  // namespace
-
 Awaitable<bool> RouteSandboxes(Ctx& ctx) {
   const auto& s = ctx.segments;
   core::Platform* p = ctx.platform;
@@ -167,16 +67,12 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
       co_return true;
     }
     if (ctx.method == "GET") {
-      core::SandboxFilter f;
-      f.state = ctx.Query("state");
-      for (const auto& l : ctx.QueryAll("label")) {
-        size_t eq = l.find('=');
-        if (eq == std::string::npos || eq == 0) {
-          co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "label filter must be key=value"});
-          co_return true;
-        }
-        f.labels[l.substr(0, eq)] = l.substr(eq + 1);
+      auto filter = ParseSandboxFilter(ctx.query);
+      if (!filter) {
+        co_await ctx.ReplyError(filter.error());
+        co_return true;
       }
+      core::SandboxFilter f = std::move(*filter);
       auto list = co_await ctx.Blocking([&] { return p->ListSandboxes(f); });
       co_await ReplyList(ctx, "sandboxes", std::move(list), SandboxJson);
       co_return true;
@@ -285,16 +181,12 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
       co_await ctx.ReplyError(body.error());
       co_return true;
     }
-    const Json* cnt = JsonField(*body, "count");
-    int64_t count = 1;
-    if (cnt) {
-      if (!cnt->is_number_integer()) {
-        co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "count must be an integer"});
-        co_return true;
-      }
-      count = cnt->get<int64_t>();
+    auto parsed_count = ParseForkCount(*body);
+    if (!parsed_count) {
+      co_await ctx.ReplyError(parsed_count.error());
+      co_return true;
     }
-    if (count < 1 || count > 1000000) count = count < 1 ? 0 : 1000000;  // core reports the range
+    const int64_t count = *parsed_count;
     const std::string id = s[2];
     auto forked = co_await ctx.Blocking([&] { return p->Fork(id, static_cast<int>(count)); });
     if (!forked) {
@@ -355,13 +247,13 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
       co_await ctx.ReplyError(body.error());
       co_return true;
     }
-    const Json* t = JsonField(*body, "timeout");
-    if (!t || !t->is_number() || t->get<double>() < 0) {
-      co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "timeout (seconds, 0 = none) is required"});
+    auto timeout = ParseTimeout(*body);
+    if (!timeout) {
+      co_await ctx.ReplyError(timeout.error());
       co_return true;
     }
-    int64_t secs = static_cast<int64_t>(t->get<double>());
-    std::string on_timeout = JsonStringOr(*body, "on_timeout", "");
+    int64_t secs = timeout->seconds;
+    std::string on_timeout = timeout->on_timeout;
     const std::string id = s[2];
     auto rec = co_await ctx.Blocking([&] { return p->SetTimeout(id, secs, on_timeout); });
     if (!rec) {
@@ -397,15 +289,12 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
   }
 
   if (s.size() == 2 && s[1] == "operations" && ctx.method == "GET") {
-    int64_t limit = 100;
-    if (auto l = ctx.Query("limit"); !l.empty()) {
-      char* end = nullptr;
-      limit = std::strtoll(l.c_str(), &end, 10);
-      if (*end || limit < 0) {
-        co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "limit must be a number"});
-        co_return true;
-      }
+    auto parsed_limit = ParseOperationsLimit(ctx.query);
+    if (!parsed_limit) {
+      co_await ctx.ReplyError(parsed_limit.error());
+      co_return true;
     }
+    int64_t limit = *parsed_limit;
     std::string state = ctx.Query("state");
     auto ops = co_await ctx.Blocking([&] { return p->ListOperations(limit, state); });
     co_await ReplyList(ctx, "operations", std::move(ops), OperationJson);

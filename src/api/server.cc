@@ -9,60 +9,10 @@
 
 namespace space::api {
 
-namespace {
-
-void ParseTarget(std::string_view target, Ctx& ctx) {
-  size_t q = target.find('?');
-  std::string_view path = target.substr(0, q);
-  ctx.path = PercentDecode(path);
-  size_t pos = 0;
-  while (pos < path.size()) {
-    size_t next = path.find('/', pos);
-    if (next == std::string_view::npos) next = path.size();
-    if (next > pos) ctx.segments.push_back(PercentDecode(path.substr(pos, next - pos)));
-    pos = next + 1;
-  }
-  if (q == std::string_view::npos) return;
-  std::string_view qs = target.substr(q + 1);
-  pos = 0;
-  while (pos <= qs.size()) {
-    size_t amp = qs.find('&', pos);
-    if (amp == std::string_view::npos) amp = qs.size();
-    std::string_view kv = qs.substr(pos, amp - pos);
-    if (!kv.empty()) {
-      size_t eq = kv.find('=');
-      std::string k = PercentDecode(kv.substr(0, eq));
-      std::string v = eq == std::string_view::npos ? "" : PercentDecode(kv.substr(eq + 1));
-      ctx.query.emplace(std::move(k), std::move(v));
-    }
-    pos = amp + 1;
-  }
-}
-
-}  // namespace
-
-std::string PercentDecode(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
-        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
-      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
-      i += 2;
-    } else if (s[i] == '+') {
-      out += ' ';
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
 // ---------------------------------------------------------------- Ctx
 
 std::string Ctx::Query(const std::string& key, const std::string& def) const {
-  auto it = query.find(key);
-  return it == query.end() ? def : it->second;
+  return QueryValue(query, key, def);
 }
 
 std::vector<std::string> Ctx::QueryAll(const std::string& key) const {
@@ -140,11 +90,7 @@ Awaitable<Status> Ctx::ReadBodyStream(
 Awaitable<Result<Json>> Ctx::ReadJson() {
   auto body = co_await ReadBody(opts->max_json_body);
   if (!body) co_return tl::unexpected(body.error());
-  if (body->empty()) co_return Json::object();
-  auto j = ParseJson(*body);
-  if (!j) co_return Fail(Errc::kInvalidArgument, "request body is not valid JSON");
-  if (!j->is_object()) co_return Fail(Errc::kInvalidArgument, "request body must be a JSON object");
-  co_return std::move(*j);
+  co_return ParseJsonBody(*body);
 }
 
 Awaitable<void> Ctx::ReplyBytes(int status, std::string body, const std::string& content_type,
@@ -265,13 +211,7 @@ Awaitable<bool> AwaitOrFail(Ctx& ctx, store::OperationRecord* op, int64_t wait_m
   co_return true;
 }
 
-int64_t WaitMillis(const Ctx& ctx) {
-  std::string w = ctx.Query("wait");
-  if (w.empty()) return 0;
-  int64_t ms = ParseDurationMillis(w);
-  if (ms < 0) return -1;
-  return std::min<int64_t>(ms, 5 * 60 * 1000);
-}
+int64_t WaitMillis(const Ctx& ctx) { return WaitMillis(ctx.query); }
 
 // ---------------------------------------------------------------- server
 
@@ -344,7 +284,10 @@ Awaitable<void> Server::Impl::Serve(tcp::socket socket) {
       ctx.method = std::string(parser.get().method_string());
       ctx.keep_alive = parser.get().keep_alive();
       auto target = parser.get().target();
-      ParseTarget(std::string_view(target.data(), target.size()), ctx);
+      Target parsed = ParseTarget(std::string_view(target.data(), target.size()));
+      ctx.path = std::move(parsed.path);
+      ctx.segments = std::move(parsed.segments);
+      ctx.query = std::move(parsed.query);
       stream.expires_after(std::chrono::minutes(10));
       if (ctx.path != "/healthz" && opts.max_inflight > 0) {
         // Over the limit a request is refused at once (429 + Retry-After) instead of

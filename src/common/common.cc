@@ -144,11 +144,20 @@ int64_t ParseDurationMillis(std::string_view s) {
   }
   if (i == 0) return -1;
   std::string_view unit = s.substr(i);
-  if (unit.empty() || unit == "s") return v * 1000;
-  if (unit == "ms") return v;
-  if (unit == "m") return v * 60 * 1000;
-  if (unit == "h") return v * 3600 * 1000;
-  return -1;
+  int64_t scale = 0;
+  if (unit.empty() || unit == "s") {
+    scale = 1000;
+  } else if (unit == "ms") {
+    scale = 1;
+  } else if (unit == "m") {
+    scale = 60 * 1000;
+  } else if (unit == "h") {
+    scale = 3600 * 1000;
+  } else {
+    return -1;
+  }
+  if (v > INT64_MAX / scale) return -1;  // too long to count in milliseconds
+  return v * scale;
 }
 
 }  // namespace space

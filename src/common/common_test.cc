@@ -34,6 +34,8 @@ TEST(DurationTest, Parses) {
   EXPECT_EQ(ParseDurationMillis("x"), -1);
   EXPECT_EQ(ParseDurationMillis("5y"), -1);
   EXPECT_EQ(ParseDurationMillis("99999999999999999999999"), -1);
+  EXPECT_EQ(ParseDurationMillis("922337203685477570h"), -1);  // overflowed (UB) before
+  EXPECT_EQ(ParseDurationMillis("9223372036854775ms"), 9223372036854775);
 }
 
 TEST(ErrcTest, NamesRoundTrip) {

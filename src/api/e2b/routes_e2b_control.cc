@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "api/e2b/e2b.h"
+#include "api/e2b/parse.h"
 
 namespace space::api::e2b {
 
@@ -21,12 +22,6 @@ Awaitable<void> ReplyError(Ctx& ctx, int status, const std::string& message) {
 
 Awaitable<void> ReplyError(Ctx& ctx, const Error& e) {
   co_await ReplyError(ctx, HttpStatusFor(e.code), e.message);
-}
-
-// E2B names templates without tags ("base"); SPACE refs are name:tag or a digest.
-std::string TemplateRef(const std::string& e2b_template) {
-  if (e2b_template.find(':') != std::string::npos) return e2b_template;
-  return e2b_template + ":latest";
 }
 
 std::string TemplateId(const std::string& ref) {
@@ -77,75 +72,6 @@ Json Created(const Ctx& ctx, const store::SandboxRecord& r) {
           {"envdAccessToken", AccessToken(ctx, r)},
           {"trafficAccessToken", nullptr},
           {"domain", nullptr}};
-}
-
-Result<std::map<std::string, std::string>> StringMap(const Json& body, const char* key) {
-  std::map<std::string, std::string> out;
-  const Json* f = JsonField(body, key);
-  if (!f || f->is_null()) return out;
-  if (!f->is_object()) return Fail(Errc::kInvalidArgument, std::string(key) + " must be an object");
-  for (const auto& [k, v] : f->items()) {
-    if (!v.is_string())
-      return Fail(Errc::kInvalidArgument, std::string(key) + "." + k + " must be a string");
-    out[k] = v.get<std::string>();
-  }
-  return out;
-}
-
-Result<int64_t> TimeoutSeconds(const Json& body) {
-  const Json* t = JsonField(body, "timeout");
-  if (!t || t->is_null()) return -1;
-  if (!t->is_number_integer() || t->get<int64_t>() < 0 || t->get<int64_t>() > 366ll * 24 * 3600)
-    return Fail(Errc::kInvalidArgument, "timeout must be a non-negative number of seconds");
-  return t->get<int64_t>();
-}
-
-Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
-  core::CreateSandboxRequest req;
-  const Json* t = JsonField(body, "templateID");
-  if (!t || !t->is_string() || t->get<std::string>().empty())
-    return Fail(Errc::kInvalidArgument, "templateID is required");
-  req.template_ref = TemplateRef(t->get<std::string>());
-  auto meta = StringMap(body, "metadata");
-  if (!meta) return tl::unexpected(meta.error());
-  req.metadata = std::move(*meta);
-  auto env = StringMap(body, "envVars");
-  if (!env) return tl::unexpected(env.error());
-  req.env = std::move(*env);
-  auto timeout = TimeoutSeconds(body);
-  if (!timeout) return tl::unexpected(timeout.error());
-  req.timeout_s = *timeout;
-  req.on_timeout = JsonBoolOr(body, "autoPause", false) ? "pause" : "delete";
-  if (const Json* a = JsonField(body, "allow_internet_access"); a && a->is_boolean())
-    req.network = a->get<bool>();
-  // What SPACE has no equivalent for is refused rather than silently ignored.
-  for (const char* key : {"mcp", "volumeMounts", "iam", "network", "autoResume"}) {
-    const Json* f = JsonField(body, key);
-    bool empty = !f || f->is_null() || (f->is_object() && f->empty()) || (f->is_array() && f->empty());
-    if (key == std::string("autoResume") && f && f->is_object())
-      empty = !JsonBoolOr(*f, "enabled", false);
-    if (!empty) return Fail(Errc::kInvalidArgument, std::string(key) + " is not supported by SPACE");
-  }
-  return req;
-}
-
-// "k=v&k2=v2" (the SDK encodes keys and values, then the whole string) -> labels.
-std::map<std::string, std::string> ParseMetadataQuery(const std::string& q) {
-  std::map<std::string, std::string> out;
-  size_t pos = 0;
-  while (pos <= q.size()) {
-    size_t amp = q.find('&', pos);
-    if (amp == std::string::npos) amp = q.size();
-    std::string kv = q.substr(pos, amp - pos);
-    if (!kv.empty()) {
-      size_t eq = kv.find('=');
-      std::string k = kv.substr(0, eq);
-      std::string v = eq == std::string::npos ? "" : kv.substr(eq + 1);
-      out[PercentDecode(PercentDecode(k))] = PercentDecode(PercentDecode(v));
-    }
-    pos = amp + 1;
-  }
-  return out;
 }
 
 // The sandbox as E2B may see it: kNotFound for unknown or deleted ones.

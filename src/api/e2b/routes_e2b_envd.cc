@@ -6,6 +6,7 @@
 
 #include "api/e2b/connect.h"
 #include "api/e2b/e2b.h"
+#include "api/e2b/parse.h"
 
 namespace space::api::e2b {
 
@@ -47,12 +48,7 @@ Awaitable<void> ReplyStreamError(Ctx& ctx, const Error& e) {
   co_await ReplyStreamError(ctx, rpc::CodeFor(e.code), e.message);
 }
 
-std::string ContentType(const Ctx& ctx) {
-  std::string ct = ctx.Header(http::field::content_type);
-  if (size_t semi = ct.find(';'); semi != std::string::npos) ct.resize(semi);
-  while (!ct.empty() && ct.back() == ' ') ct.pop_back();
-  return ct;
-}
+std::string ContentType(const Ctx& ctx) { return MediaType(ctx.Header(http::field::content_type)); }
 
 // Reads a request message: a JSON body for unary calls, one envelope for streaming ones.
 // On failure the error is already answered and nullopt returned.
@@ -80,22 +76,6 @@ Awaitable<std::optional<Json>> ReadRequest(Ctx& ctx, bool streaming) {
 }
 
 // ---------------------------------------------------------------- helpers
-
-// E2B accepts paths relative to the user's home; SPACE's commands default to / there.
-std::string AbsPath(const std::string& path) {
-  if (!path.empty() && path[0] == '/') return path;
-  return "/" + path;
-}
-
-// The user of `Authorization: Basic base64("user:")`; "" when absent.
-std::string BasicUser(const Ctx& ctx) {
-  std::string auth = ctx.Header(http::field::authorization);
-  const std::string prefix = "Basic ";
-  if (!StartsWith(auth, prefix)) return "";
-  auto decoded = rpc::Base64Decode(auth.substr(prefix.size()));
-  if (!decoded) return "";
-  return decoded->substr(0, decoded->find(':'));
-}
 
 std::string Permissions(const std::string& type, int mode) {
   std::string out(1, type == "dir" ? 'd' : type == "symlink" ? 'L' : '-');
@@ -142,16 +122,6 @@ Json ProcessConfig(const store::CommandRecord& r) {
               {"envs", env && env->is_object() ? *env : Json::object()}};
   if (const Json* cwd = JsonField(r.spec, "cwd")) out["cwd"] = *cwd;
   return out;
-}
-
-// The pid of a ProcessSelector; tags are not supported (SPACE commands have none).
-Result<int64_t> SelectedPid(const Json& req) {
-  const Json* sel = rpc::Field(req, "process");
-  if (!sel || !sel->is_object()) return Fail(Errc::kInvalidArgument, "process selector is required");
-  if (rpc::Field(*sel, "tag")) return Fail(Errc::kNotFound, "no process with that tag");
-  const Json* pid = rpc::Field(*sel, "pid");
-  if (!pid || !pid->is_number_unsigned()) return Fail(Errc::kInvalidArgument, "process.pid is required");
-  return pid->get<int64_t>();
 }
 
 // The running command with that pid (pids are per sandbox and recycled: an ended command
@@ -245,43 +215,6 @@ Awaitable<void> StartStream(Ctx& ctx, int64_t pid) {
 
 // ---------------------------------------------------------------- process.Process
 
-Result<core::CommandRequest> ParseStart(const Json& req) {
-  core::CommandRequest out;
-  const Json* proc = rpc::Field(req, "process");
-  if (!proc || !proc->is_object()) return Fail(Errc::kInvalidArgument, "process is required");
-  const Json* cmd = rpc::Field(*proc, "cmd");
-  if (!cmd || !cmd->is_string() || cmd->get<std::string>().empty())
-    return Fail(Errc::kInvalidArgument, "process.cmd is required");
-  out.argv.push_back(cmd->get<std::string>());
-  if (const Json* args = rpc::Field(*proc, "args")) {
-    if (!args->is_array()) return Fail(Errc::kInvalidArgument, "process.args must be a list");
-    for (const auto& a : *args) {
-      if (!a.is_string()) return Fail(Errc::kInvalidArgument, "process.args must hold strings");
-      out.argv.push_back(a.get<std::string>());
-    }
-  }
-  if (const Json* envs = rpc::Field(*proc, "envs")) {
-    if (!envs->is_object()) return Fail(Errc::kInvalidArgument, "process.envs must be a map");
-    for (const auto& [k, v] : envs->items()) {
-      if (!v.is_string()) return Fail(Errc::kInvalidArgument, "process.envs values must be strings");
-      out.env[k] = v.get<std::string>();
-    }
-  }
-  if (const Json* cwd = rpc::Field(*proc, "cwd")) {
-    if (!cwd->is_string()) return Fail(Errc::kInvalidArgument, "process.cwd must be a string");
-    if (!cwd->get<std::string>().empty()) out.cwd = AbsPath(cwd->get<std::string>());
-  }
-  if (const Json* in = rpc::Field(req, "stdin")) out.stdin = in->is_boolean() && in->get<bool>();
-  if (const Json* pty = rpc::Field(req, "pty")) {
-    const Json* size = rpc::Field(*pty, "size");
-    Json dims = size ? *size : Json::object();
-    auto parsed = ParsePtySize(dims);
-    if (!parsed) return tl::unexpected(parsed.error());
-    out.pty = *parsed;
-  }
-  return out;
-}
-
 Awaitable<void> ProcessStart(Ctx& ctx, const std::string& sb) {
   core::Platform* p = ctx.platform;
   auto msg = co_await ReadRequest(ctx, true);
@@ -291,7 +224,7 @@ Awaitable<void> ProcessStart(Ctx& ctx, const std::string& sb) {
     co_await ReplyStreamError(ctx, req.error());
     co_return;
   }
-  req->user = BasicUser(ctx);
+  req->user = BasicUser(ctx.Header(http::field::authorization));
   std::string deadline = HeaderOr(ctx, "Connect-Timeout-Ms");
   if (!deadline.empty()) req->timeout_ms = std::strtoll(deadline.c_str(), nullptr, 10);
   if (req->timeout_ms < 0) req->timeout_ms = 0;
@@ -348,31 +281,17 @@ Result<Json> ProcessUnary(core::Platform* p, const std::string& sb, const std::s
   const std::string cid = cmd->record.id;
   Status st = Ok();
   if (method == "SendInput") {
-    const Json* input = rpc::Field(req, "input");
-    const Json* data = input ? rpc::Field(*input, "stdin") : nullptr;
-    if (!data && input) data = rpc::Field(*input, "pty");
-    if (!data || !data->is_string()) return Fail(Errc::kInvalidArgument, "input.stdin or input.pty is required");
-    auto bytes = rpc::Base64Decode(data->get<std::string>());
+    auto bytes = ParseSendInput(req);
     if (!bytes) return tl::unexpected(bytes.error());
     st = p->WriteStdin(sb, cid, *bytes, false);
   } else if (method == "CloseStdin") {
     st = p->WriteStdin(sb, cid, "", true);
   } else if (method == "SendSignal") {
-    const Json* sig = rpc::Field(req, "signal");
-    int n = 0;
-    if (sig && sig->is_number_integer()) n = sig->get<int>();
-    if (sig && sig->is_string()) {
-      std::string name = sig->get<std::string>();
-      n = name == "SIGNAL_SIGKILL" ? SIGKILL : name == "SIGNAL_SIGTERM" ? SIGTERM : 0;
-    }
-    if (n != SIGKILL && n != SIGTERM)
-      return Fail(Errc::kInvalidArgument, "signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM");
-    st = p->Signal(sb, cid, n);
+    auto n = ParseSendSignal(req);
+    if (!n) return tl::unexpected(n.error());
+    st = p->Signal(sb, cid, *n);
   } else if (method == "Update") {
-    const Json* pty = rpc::Field(req, "pty");
-    const Json* size = pty ? rpc::Field(*pty, "size") : nullptr;
-    if (!size) return Fail(Errc::kInvalidArgument, "pty.size is required");
-    auto dims = ParsePtySize(*size);
+    auto dims = ParseUpdate(req);
     if (!dims) return tl::unexpected(dims.error());
     st = p->ResizeCommand(sb, cid, dims->cols, dims->rows);
   } else {
@@ -389,13 +308,6 @@ Result<Json> ProcessUnary(core::Platform* p, const std::string& sb, const std::s
 }
 
 // ---------------------------------------------------------------- filesystem.Filesystem
-
-Result<std::string> PathField(const Json& req, const char* name) {
-  const Json* f = rpc::Field(req, name);
-  if (!f || !f->is_string() || f->get<std::string>().empty())
-    return Fail(Errc::kInvalidArgument, std::string(name) + " is required");
-  return AbsPath(f->get<std::string>());
-}
 
 Result<Json> FilesystemUnary(core::Platform* p, const std::string& sb, const std::string& method,
                              const Json& req) {
@@ -424,11 +336,7 @@ Result<Json> FilesystemUnary(core::Platform* p, const std::string& sb, const std
     return Json{{"entry", EntryInfo(*entry)}};
   }
   if (method == "ListDir") {
-    int64_t depth = 1;
-    if (const Json* d = rpc::Field(req, "depth"); d && d->is_number_integer())
-      depth = d->get<int64_t>();
-    if (depth < 1) depth = 1;
-    auto entries = p->ListFiles(sb, *path, static_cast<int>(std::min<int64_t>(depth, 16)));
+    auto entries = p->ListFiles(sb, *path, ListDirDepth(req));
     if (!entries) return tl::unexpected(entries.error());
     Json out = Json::array();
     for (const auto& e : *entries) out.push_back(EntryInfo(e));
@@ -521,91 +429,6 @@ Json WriteInfo(const std::string& path) {
   return {{"name", path.substr(path.rfind('/') + 1)}, {"type", "file"}, {"path", path}};
 }
 
-// An incremental multipart/form-data parser: parts arrive through Feed() in any
-// pieces; each part's name (the filename, or the request's path) and bytes go to the
-// callbacks without holding a whole file in memory.
-class Multipart {
- public:
-  explicit Multipart(std::string boundary) : delim_("\r\n--" + std::move(boundary)) {}
-  std::function<Status(const std::string& filename)> on_part;
-  std::function<Status(std::string_view bytes)> on_data;
-  std::function<Status()> on_end;
-
-  Status Feed(std::string_view data) {
-    buf_.append(data);
-    for (;;) {
-      if (state_ == kPreamble) {
-        // The first boundary has no leading CRLF: match it with one prepended.
-        std::string probe = "\r\n" + buf_;
-        size_t at = probe.find(delim_);
-        if (at == std::string::npos) {
-          if (buf_.size() > 4096) return Fail(Errc::kInvalidArgument, "multipart: no boundary");
-          return Ok();
-        }
-        buf_.erase(0, at + delim_.size() - 2);
-        state_ = kAfterBoundary;
-      } else if (state_ == kAfterBoundary) {
-        if (buf_.size() < 2) return Ok();
-        if (buf_.compare(0, 2, "--") == 0) {
-          state_ = kDone;
-          return Ok();
-        }
-        size_t eol = buf_.find("\r\n");
-        if (eol == std::string::npos) return buf_.size() > 1024 ? Fail(Errc::kInvalidArgument, "multipart: bad boundary line") : Ok();
-        buf_.erase(0, eol + 2);
-        state_ = kHeaders;
-      } else if (state_ == kHeaders) {
-        size_t end = buf_.find("\r\n\r\n");
-        if (end == std::string::npos) {
-          if (buf_.size() > 16384) return Fail(Errc::kInvalidArgument, "multipart: headers too long");
-          return Ok();
-        }
-        std::string headers = buf_.substr(0, end);
-        buf_.erase(0, end + 4);
-        SPACE_TRY(on_part(Filename(headers)));
-        state_ = kBody;
-      } else if (state_ == kBody) {
-        size_t at = buf_.find(delim_);
-        if (at == std::string::npos) {
-          // Keep what could be the start of a delimiter split across pieces.
-          if (buf_.size() >= delim_.size()) {
-            size_t emit = buf_.size() - (delim_.size() - 1);
-            SPACE_TRY(on_data(std::string_view(buf_).substr(0, emit)));
-            buf_.erase(0, emit);
-          }
-          return Ok();
-        }
-        SPACE_TRY(on_data(std::string_view(buf_).substr(0, at)));
-        SPACE_TRY(on_end());
-        buf_.erase(0, at + delim_.size());
-        state_ = kAfterBoundary;
-      } else {
-        return Ok();  // the epilogue is ignored
-      }
-    }
-  }
-  bool done() const { return state_ == kDone; }
-
- private:
-  static std::string Filename(const std::string& headers) {
-    // Content-Disposition: form-data; name="file"; filename="/path"
-    size_t at = headers.find("filename=\"");
-    if (at == std::string::npos) return "";
-    at += 10;
-    std::string out;
-    for (size_t i = at; i < headers.size() && headers[i] != '"'; ++i) {
-      if (headers[i] == '\\' && i + 1 < headers.size()) ++i;
-      out.push_back(headers[i]);
-    }
-    return out;
-  }
-
-  enum State { kPreamble, kAfterBoundary, kHeaders, kBody, kDone };
-  State state_ = kPreamble;
-  std::string delim_;
-  std::string buf_;
-};
-
 // POST /files: multipart/form-data (one or more "file" parts) or application/octet-stream
 // (one file at ?path=). Answers [{name, type, path}...].
 Awaitable<void> FilesPost(Ctx& ctx, const std::string& sb) {
@@ -621,10 +444,7 @@ Awaitable<void> FilesPost(Ctx& ctx, const std::string& sb) {
   Json written = Json::array();
   Status st = Ok();
   if (ct == "multipart/form-data") {
-    size_t b = ct_full.find("boundary=");
-    std::string boundary = b == std::string::npos ? "" : ct_full.substr(b + 9);
-    if (!boundary.empty() && boundary.front() == '"') boundary = boundary.substr(1, boundary.find('"', 1) - 1);
-    if (size_t semi = boundary.find(';'); semi != std::string::npos) boundary.resize(semi);
+    std::string boundary = MultipartBoundary(ct_full);
     if (boundary.empty()) {
       co_await ReplyRestError(ctx, 400, "multipart body without a boundary");
       co_return;

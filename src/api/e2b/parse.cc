@@ -1,0 +1,285 @@
+// api/e2b/parse: see parse.h. Moved verbatim out of routes_e2b_control.cc and
+// routes_e2b_envd.cc.
+#include "api/e2b/parse.h"
+
+#include <csignal>
+
+#include "api/e2b/connect.h"
+
+namespace space::api::e2b {
+
+namespace rpc = connect;
+
+// ---------------------------------------------------------------- control plane
+
+std::string TemplateRef(const std::string& e2b_template) {
+  if (e2b_template.find(':') != std::string::npos) return e2b_template;
+  return e2b_template + ":latest";
+}
+
+namespace {
+
+Result<std::map<std::string, std::string>> StringMap(const Json& body, const char* key) {
+  std::map<std::string, std::string> out;
+  const Json* f = JsonField(body, key);
+  if (!f || f->is_null()) return out;
+  if (!f->is_object()) return Fail(Errc::kInvalidArgument, std::string(key) + " must be an object");
+  for (const auto& [k, v] : f->items()) {
+    if (!v.is_string())
+      return Fail(Errc::kInvalidArgument, std::string(key) + "." + k + " must be a string");
+    out[k] = v.get<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<int64_t> TimeoutSeconds(const Json& body) {
+  const Json* t = JsonField(body, "timeout");
+  if (!t || t->is_null()) return -1;
+  if (!t->is_number_integer() || t->get<int64_t>() < 0 || t->get<int64_t>() > 366ll * 24 * 3600)
+    return Fail(Errc::kInvalidArgument, "timeout must be a non-negative number of seconds");
+  return t->get<int64_t>();
+}
+
+Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
+  core::CreateSandboxRequest req;
+  const Json* t = JsonField(body, "templateID");
+  if (!t || !t->is_string() || t->get<std::string>().empty())
+    return Fail(Errc::kInvalidArgument, "templateID is required");
+  req.template_ref = TemplateRef(t->get<std::string>());
+  auto meta = StringMap(body, "metadata");
+  if (!meta) return tl::unexpected(meta.error());
+  req.metadata = std::move(*meta);
+  auto env = StringMap(body, "envVars");
+  if (!env) return tl::unexpected(env.error());
+  req.env = std::move(*env);
+  auto timeout = TimeoutSeconds(body);
+  if (!timeout) return tl::unexpected(timeout.error());
+  req.timeout_s = *timeout;
+  req.on_timeout = JsonBoolOr(body, "autoPause", false) ? "pause" : "delete";
+  if (const Json* a = JsonField(body, "allow_internet_access"); a && a->is_boolean())
+    req.network = a->get<bool>();
+  // What SPACE has no equivalent for is refused rather than silently ignored.
+  for (const char* key : {"mcp", "volumeMounts", "iam", "network", "autoResume"}) {
+    const Json* f = JsonField(body, key);
+    bool empty = !f || f->is_null() || (f->is_object() && f->empty()) || (f->is_array() && f->empty());
+    if (key == std::string("autoResume") && f && f->is_object())
+      empty = !JsonBoolOr(*f, "enabled", false);
+    if (!empty) return Fail(Errc::kInvalidArgument, std::string(key) + " is not supported by SPACE");
+  }
+  return req;
+}
+
+std::map<std::string, std::string> ParseMetadataQuery(const std::string& q) {
+  std::map<std::string, std::string> out;
+  size_t pos = 0;
+  while (pos <= q.size()) {
+    size_t amp = q.find('&', pos);
+    if (amp == std::string::npos) amp = q.size();
+    std::string kv = q.substr(pos, amp - pos);
+    if (!kv.empty()) {
+      size_t eq = kv.find('=');
+      std::string k = kv.substr(0, eq);
+      std::string v = eq == std::string::npos ? "" : kv.substr(eq + 1);
+      out[PercentDecode(PercentDecode(k))] = PercentDecode(PercentDecode(v));
+    }
+    pos = amp + 1;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- envd helpers
+
+std::string AbsPath(const std::string& path) {
+  if (!path.empty() && path[0] == '/') return path;
+  return "/" + path;
+}
+
+std::string BasicUser(const std::string& auth) {
+  const std::string prefix = "Basic ";
+  if (!StartsWith(auth, prefix)) return "";
+  auto decoded = rpc::Base64Decode(auth.substr(prefix.size()));
+  if (!decoded) return "";
+  return decoded->substr(0, decoded->find(':'));
+}
+
+std::string MediaType(std::string ct) {
+  if (size_t semi = ct.find(';'); semi != std::string::npos) ct.resize(semi);
+  while (!ct.empty() && ct.back() == ' ') ct.pop_back();
+  return ct;
+}
+
+std::string MultipartBoundary(const std::string& ct_full) {
+  size_t b = ct_full.find("boundary=");
+  std::string boundary = b == std::string::npos ? "" : ct_full.substr(b + 9);
+  if (!boundary.empty() && boundary.front() == '"') boundary = boundary.substr(1, boundary.find('"', 1) - 1);
+  if (size_t semi = boundary.find(';'); semi != std::string::npos) boundary.resize(semi);
+  return boundary;
+}
+
+// ---------------------------------------------------------------- process.Process
+
+Result<core::CommandRequest> ParseStart(const Json& req) {
+  core::CommandRequest out;
+  const Json* proc = rpc::Field(req, "process");
+  if (!proc || !proc->is_object()) return Fail(Errc::kInvalidArgument, "process is required");
+  const Json* cmd = rpc::Field(*proc, "cmd");
+  if (!cmd || !cmd->is_string() || cmd->get<std::string>().empty())
+    return Fail(Errc::kInvalidArgument, "process.cmd is required");
+  out.argv.push_back(cmd->get<std::string>());
+  if (const Json* args = rpc::Field(*proc, "args")) {
+    if (!args->is_array()) return Fail(Errc::kInvalidArgument, "process.args must be a list");
+    for (const auto& a : *args) {
+      if (!a.is_string()) return Fail(Errc::kInvalidArgument, "process.args must hold strings");
+      out.argv.push_back(a.get<std::string>());
+    }
+  }
+  if (const Json* envs = rpc::Field(*proc, "envs")) {
+    if (!envs->is_object()) return Fail(Errc::kInvalidArgument, "process.envs must be a map");
+    for (const auto& [k, v] : envs->items()) {
+      if (!v.is_string()) return Fail(Errc::kInvalidArgument, "process.envs values must be strings");
+      out.env[k] = v.get<std::string>();
+    }
+  }
+  if (const Json* cwd = rpc::Field(*proc, "cwd")) {
+    if (!cwd->is_string()) return Fail(Errc::kInvalidArgument, "process.cwd must be a string");
+    if (!cwd->get<std::string>().empty()) out.cwd = AbsPath(cwd->get<std::string>());
+  }
+  if (const Json* in = rpc::Field(req, "stdin")) out.stdin = in->is_boolean() && in->get<bool>();
+  if (const Json* pty = rpc::Field(req, "pty")) {
+    const Json* size = rpc::Field(*pty, "size");
+    Json dims = size ? *size : Json::object();
+    auto parsed = ParsePtySize(dims);
+    if (!parsed) return tl::unexpected(parsed.error());
+    out.pty = *parsed;
+  }
+  return out;
+}
+
+Result<int64_t> SelectedPid(const Json& req) {
+  const Json* sel = rpc::Field(req, "process");
+  if (!sel || !sel->is_object()) return Fail(Errc::kInvalidArgument, "process selector is required");
+  if (rpc::Field(*sel, "tag")) return Fail(Errc::kNotFound, "no process with that tag");
+  const Json* pid = rpc::Field(*sel, "pid");
+  if (!pid || !pid->is_number_unsigned()) return Fail(Errc::kInvalidArgument, "process.pid is required");
+  return pid->get<int64_t>();
+}
+
+Result<std::string> ParseSendInput(const Json& req) {
+  const Json* input = rpc::Field(req, "input");
+  const Json* data = input ? rpc::Field(*input, "stdin") : nullptr;
+  if (!data && input) data = rpc::Field(*input, "pty");
+  if (!data || !data->is_string()) return Fail(Errc::kInvalidArgument, "input.stdin or input.pty is required");
+  return rpc::Base64Decode(data->get<std::string>());
+}
+
+Result<int> ParseSendSignal(const Json& req) {
+  const Json* sig = rpc::Field(req, "signal");
+  int n = 0;
+  // Compared as int64: get<int>() truncated, so 2^32 + 9 was SIGKILL.
+  if (sig && sig->is_number_integer()) n = sig->get<int64_t>() == SIGKILL ? SIGKILL
+                                         : sig->get<int64_t>() == SIGTERM ? SIGTERM : 0;
+  if (sig && sig->is_string()) {
+    std::string name = sig->get<std::string>();
+    n = name == "SIGNAL_SIGKILL" ? SIGKILL : name == "SIGNAL_SIGTERM" ? SIGTERM : 0;
+  }
+  if (n != SIGKILL && n != SIGTERM)
+    return Fail(Errc::kInvalidArgument, "signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM");
+  return n;
+}
+
+Result<core::CommandRequest::PtySize> ParseUpdate(const Json& req) {
+  const Json* pty = rpc::Field(req, "pty");
+  const Json* size = pty ? rpc::Field(*pty, "size") : nullptr;
+  if (!size) return Fail(Errc::kInvalidArgument, "pty.size is required");
+  return ParsePtySize(*size);
+}
+
+// ---------------------------------------------------------------- filesystem.Filesystem
+
+Result<std::string> PathField(const Json& req, const char* name) {
+  const Json* f = rpc::Field(req, name);
+  if (!f || !f->is_string() || f->get<std::string>().empty())
+    return Fail(Errc::kInvalidArgument, std::string(name) + " is required");
+  return AbsPath(f->get<std::string>());
+}
+
+int ListDirDepth(const Json& req) {
+  int64_t depth = 1;
+  if (const Json* d = rpc::Field(req, "depth"); d && d->is_number_integer())
+    depth = d->get<int64_t>();
+  if (depth < 1) depth = 1;
+  return static_cast<int>(std::min<int64_t>(depth, 16));
+}
+
+// ---------------------------------------------------------------- multipart
+
+Status Multipart::Feed(std::string_view data) {
+  buf_.append(data);
+  for (;;) {
+    if (state_ == kPreamble) {
+      // The first boundary has no leading CRLF: match it with one prepended.
+      std::string probe = "\r\n" + buf_;
+      size_t at = probe.find(delim_);
+      if (at == std::string::npos) {
+        if (buf_.size() > 4096) return Fail(Errc::kInvalidArgument, "multipart: no boundary");
+        return Ok();
+      }
+      buf_.erase(0, at + delim_.size() - 2);
+      state_ = kAfterBoundary;
+    } else if (state_ == kAfterBoundary) {
+      if (buf_.size() < 2) return Ok();
+      if (buf_.compare(0, 2, "--") == 0) {
+        state_ = kDone;
+        return Ok();
+      }
+      size_t eol = buf_.find("\r\n");
+      if (eol == std::string::npos) return buf_.size() > 1024 ? Fail(Errc::kInvalidArgument, "multipart: bad boundary line") : Ok();
+      buf_.erase(0, eol + 2);
+      state_ = kHeaders;
+    } else if (state_ == kHeaders) {
+      size_t end = buf_.find("\r\n\r\n");
+      if (end == std::string::npos) {
+        if (buf_.size() > 16384) return Fail(Errc::kInvalidArgument, "multipart: headers too long");
+        return Ok();
+      }
+      std::string headers = buf_.substr(0, end);
+      buf_.erase(0, end + 4);
+      SPACE_TRY(on_part(Filename(headers)));
+      state_ = kBody;
+    } else if (state_ == kBody) {
+      size_t at = buf_.find(delim_);
+      if (at == std::string::npos) {
+        // Keep what could be the start of a delimiter split across pieces.
+        if (buf_.size() >= delim_.size()) {
+          size_t emit = buf_.size() - (delim_.size() - 1);
+          SPACE_TRY(on_data(std::string_view(buf_).substr(0, emit)));
+          buf_.erase(0, emit);
+        }
+        return Ok();
+      }
+      SPACE_TRY(on_data(std::string_view(buf_).substr(0, at)));
+      SPACE_TRY(on_end());
+      buf_.erase(0, at + delim_.size());
+      state_ = kAfterBoundary;
+    } else {
+      return Ok();  // the epilogue is ignored
+    }
+  }
+}
+
+std::string Multipart::Filename(const std::string& headers) {
+  // Content-Disposition: form-data; name="file"; filename="/path"
+  size_t at = headers.find("filename=\"");
+  if (at == std::string::npos) return "";
+  at += 10;
+  std::string out;
+  for (size_t i = at; i < headers.size() && headers[i] != '"'; ++i) {
+    if (headers[i] == '\\' && i + 1 < headers.size()) ++i;
+    out.push_back(headers[i]);
+  }
+  return out;
+}
+
+}  // namespace space::api::e2b
