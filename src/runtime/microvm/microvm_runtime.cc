@@ -961,17 +961,33 @@ class MicrovmRuntime final : public Runtime {
 
   static constexpr char kPoolPrefix[] = ".pool-";
 
-  // Asks the pool thread to keep `restore_pool` VMs of this template snapshot ready.
+  // Pools are kept for this many template snapshots, the most recently started ones (a
+  // pool VM holds ~30 MiB of private memory while it waits).
+  static constexpr size_t kPoolTemplates = 4;
+
+  // Asks the pool thread to keep `restore_pool` VMs of this template snapshot ready; the
+  // pool of the template started least recently goes if that makes too many.
   void WantPool(const std::string& tpl, const VmConfig& cfg) {
     VmConfig want;
     want.mem_mib = cfg.mem_mib;
     want.cpus = cfg.cpus;
     want.accel = cfg.accel;
+    std::vector<PoolVm> evicted;
     {
       std::lock_guard lock(pool_mu_);
       pool_want_[tpl] = want;
+      pool_lru_.erase(std::remove(pool_lru_.begin(), pool_lru_.end(), tpl), pool_lru_.end());
+      pool_lru_.push_front(tpl);
+      while (pool_lru_.size() > kPoolTemplates) {
+        const std::string old = pool_lru_.back();
+        pool_lru_.pop_back();
+        pool_want_.erase(old);
+        for (auto& vm : pool_[old]) evicted.push_back(std::move(vm));
+        pool_.erase(old);
+      }
     }
     pool_cv_.notify_all();
+    for (auto& vm : evicted) DiscardPooled(vm.slot);
   }
 
   std::optional<PoolVm> TakePooled(const std::string& tpl) {
@@ -1007,6 +1023,13 @@ class MicrovmRuntime final : public Runtime {
       if (!vm) {
         spdlog::warn("microvm: restore pool of {}: {}", tpl, vm.error().message);
         pool_want_.erase(tpl);
+        pool_lru_.erase(std::remove(pool_lru_.begin(), pool_lru_.end(), tpl), pool_lru_.end());
+        continue;
+      }
+      if (!pool_want_.count(tpl)) {  // its template lost its pool meanwhile
+        lock.unlock();
+        DiscardPooled(vm->slot);
+        lock.lock();
         continue;
       }
       pool_[tpl].push_back(std::move(*vm));
@@ -1205,6 +1228,7 @@ class MicrovmRuntime final : public Runtime {
   std::condition_variable pool_cv_;
   bool pool_stop_ = false;
   std::map<std::string, VmConfig> pool_want_;
+  std::deque<std::string> pool_lru_;  // templates with a pool, most recently started first
   std::map<std::string, std::deque<PoolVm>> pool_;
   std::thread pool_thread_;
 };
