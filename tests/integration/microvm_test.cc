@@ -374,6 +374,9 @@ TEST_F(MicrovmTest, SurvivesARestartOfSpaced) {
   daemon_->Kill();
   ASSERT_EQ(QemuPids(daemon_->data_dir()).size(), 1u) << "QEMU runs on without spaced";
   ASSERT_TRUE(daemon_->Start());
+  // The restore pool of the killed spaced (its VMs wait on connections that are gone) is
+  // ended by the new one, which makes none until a create asks.
+  EXPECT_EQ(QemuPids(daemon_->data_dir(), true).size(), 1u);
   auto done = c().GetCommand(id, (*cmd)["id"].get<std::string>(), 30s);
   ASSERT_TRUE(done);
   EXPECT_EQ((*done)["state"], "exited");
