@@ -11,7 +11,7 @@ cleanup() {
   if [ -n "${PID:-}" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
   if [ -n "${PID2:-}" ]; then kill "$PID2" 2>/dev/null || true; wait "$PID2" 2>/dev/null || true; fi
   # microVMs left behind: their QEMU pids are in the runtime's state dirs.
-  for pf in "$DIR"/*/runtime/microvm/vms/*/qemu.pid; do
+  for pf in "$DIR"/*/runtime/microvm/vms/*/qemu.pid "$DIR"/*/runtime/microvm/vms/.pool-*/qemu.pid; do
     [ -f "$pf" ] || continue
     p=$(cat "$pf"); grep -q "space-vm-" "/proc/$p/cmdline" 2>/dev/null && kill -9 "$p" 2>/dev/null || true
   done

@@ -24,12 +24,15 @@ if [ -d "$STATE" ]; then
     [ -d "$dir" ] && rmdir "$dir" 2>/dev/null || true
   done
 fi
-# microVMs: each QEMU's pid is in its state dir; kill it only if its command line is ours.
-for pf in "$DATA"/runtime/microvm/vms/*/qemu.pid; do
+# microVMs: each QEMU's pid is in its state dir; kill it only if its command line is ours
+# (its -name: space-vm-<id>, or the restore-pool slot it came from, recorded in vm.json).
+for pf in "$DATA"/runtime/microvm/vms/*/qemu.pid "$DATA"/runtime/microvm/vms/.pool-*/qemu.pid; do
   [ -f "$pf" ] || continue
   pid=$(cat "$pf")
-  id=$(basename "$(dirname "$pf")")
-  if tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -- "-name space-vm-$id "; then
+  dir=$(dirname "$pf")
+  name=$(grep -o '"marker":"[^"]*"' "$dir/vm.json" 2>/dev/null | cut -d'"' -f4 || true)
+  [ -n "$name" ] || name="space-vm-$(basename "$dir")"
+  if tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -F -- "-name $name "; then
     kill -9 "$pid" 2>/dev/null || true
   fi
 done

@@ -228,11 +228,17 @@ Result<std::pair<std::shared_ptr<Platform::Sandbox>, std::shared_ptr<Command>>> 
     auto it = sb->commands.find(cid);
     if (it != sb->commands.end()) cmd = it->second;
   }
-  if (!cmd) {
+  bool ended = !cmd;
+  if (cmd) {
+    // Its exit may be being recorded (it is still listed, and the agent may forget it
+    // any moment): it has ended for whoever already saw it so.
+    std::lock_guard l(cmd->mu);
+    ended = cmd->rec.state == "exited";
+  } else {
     auto rec = impl.store->GetCommand(sandbox_id, cid);
     if (!rec) return tl::unexpected(rec.error());
-    return Fail(Errc::kConflict, "command " + cid + " has ended");
   }
+  if (ended) return Fail(Errc::kConflict, "command " + cid + " has ended");
   return std::make_pair(sb, cmd);
 }
 }  // namespace

@@ -110,6 +110,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--no-microvm-template-snapshots", no_template_snapshots,
                "boot every microVM instead of restoring a per-template snapshot");
+  app.add_option("--microvm-restore-pool", mvm.restore_pool,
+                 "restored microVMs kept stopped and ready per template snapshot (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 16));
   app.add_option("--listen", listen, "address:port to serve the API on")->capture_default_str();
   app.add_option("--data-dir", data_dir, "where state, templates and sandboxes live")
       ->capture_default_str();

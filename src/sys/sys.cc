@@ -164,6 +164,13 @@ Result<ChildProcess> Spawn(const SpawnOptions& opts) {
     if (opts.die_with_parent) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (opts.mount_ns_fd >= 0 && ::setns(opts.mount_ns_fd, CLONE_NEWNS) != 0)
       ChildFail(errpipe[1], "setns");
+    // Nothing but stdin, stdout and stderr goes to the child, whatever the daemon's other
+    // threads opened without O_CLOEXEC (a long-lived child such as QEMU would otherwise
+    // keep, say, the API's listening socket after spaced is gone). The error pipe is
+    // close-on-exec already.
+    if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+      for (int fd = 3; fd < 65536; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
     int devnull = ::open("/dev/null", O_RDWR);
     int fds[3] = {opts.stdin_fd, opts.stdout_fd, opts.stderr_fd};
     for (int i = 0; i < 3; ++i) {

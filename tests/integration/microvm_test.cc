@@ -2,6 +2,7 @@
 // the real guest kernel and initramfs, driven through spaced's HTTP API. Kept small: every
 // VM boot costs seconds under TCG, so most sandboxes start from the template snapshot.
 #include <dirent.h>
+#include <sys/stat.h>
 
 #include "common/json.h"
 
@@ -33,8 +34,9 @@ bool CanRunVms(std::string* why) {
     if (!CanRunVms(&why_)) GTEST_SKIP() << why_;                     \
   } while (0)
 
-// Pids of QEMU processes serving VMs of this data dir.
-std::vector<pid_t> QemuPids(const std::string& data_dir) {
+// Pids of QEMU processes serving VMs of this data dir: those of sandboxes, and with
+// `pool` also the restore pool's (a VM whose slot vms/.pool-<hex> has not been taken).
+std::vector<pid_t> QemuPids(const std::string& data_dir, bool pool = false) {
   std::vector<pid_t> out;
   DIR* d = ::opendir("/proc");
   if (!d) return out;
@@ -42,12 +44,35 @@ std::vector<pid_t> QemuPids(const std::string& data_dir) {
     pid_t pid = std::atoi(e->d_name);
     if (pid <= 0) continue;
     auto cmd = sys::ReadFile("/proc/" + std::string(e->d_name) + "/cmdline");
-    if (cmd && cmd->find("space-vm-") != std::string::npos &&
-        cmd->find(data_dir + "/runtime/microvm/") != std::string::npos)
-      out.push_back(pid);
+    if (!cmd || cmd->find(data_dir + "/runtime/microvm/") == std::string::npos) continue;
+    size_t at = cmd->find("space-vm-");
+    if (at == std::string::npos) continue;
+    std::string name = cmd->substr(at + 9, cmd->find('\0', at) - at - 9);
+    struct stat st;
+    bool pooled = name.rfind(".pool-", 0) == 0 &&
+                  ::lstat((data_dir + "/runtime/microvm/vms/" + name).c_str(), &st) == 0 &&
+                  S_ISDIR(st.st_mode);  // a taken VM leaves a link there
+    if (!pooled || pool) out.push_back(pid);
   }
   ::closedir(d);
   return out;
+}
+
+// Slots of the restore pool holding a ready VM.
+int ReadyPoolVms(const std::string& data_dir) {
+  int n = 0;
+  DIR* d = ::opendir((data_dir + "/runtime/microvm/vms").c_str());
+  if (!d) return 0;
+  while (dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    struct stat st;
+    std::string path = data_dir + "/runtime/microvm/vms/" + name;
+    if (name.rfind(".pool-", 0) == 0 && ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+        sys::Exists(path + "/pooled"))
+      ++n;
+  }
+  ::closedir(d);
+  return n;
 }
 
 std::string WaitState(client::Client& c, const std::string& id, const std::string& want,
@@ -251,6 +276,56 @@ TEST_F(MicrovmTest, AccelerationIsChosenAndLogged) {
   EXPECT_TRUE(QemuPids(daemon_->data_dir()).empty());
 }
 
+// The restore pool: after a start from the template snapshot, stopped and warmed-up VMs
+// wait (at most --microvm-restore-pool of them); the next create takes one. It still gets
+// its own identity and the right clock, and stopping spaced ends the pool's VMs (not the
+// sandboxes').
+TEST(MicrovmPoolTest, CreatesTakeFreshVmsFromThePool) {
+  SPACE_REQUIRE_VMS();
+  Daemon d({"--microvm-restore-pool", "1"});
+  ASSERT_TRUE(d.Start());
+  const Json body = {{"runtime", "microvm"}, {"limits", {{"memory_bytes", 256 << 20}}}};
+  std::string first = CreateSandbox(d.client(), body);
+  ASSERT_FALSE(first.empty()) << d.Log();
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (ReadyPoolVms(d.data_dir()) < 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(50ms);
+  ASSERT_EQ(ReadyPoolVms(d.data_dir()), 1) << d.Log();
+  EXPECT_EQ(QemuPids(d.data_dir(), true).size(), 2u);
+  std::string pooled = CreateSandbox(d.client(), body);
+  ASSERT_FALSE(pooled.empty()) << d.Log();
+  auto pid = sys::ReadFile(d.data_dir() + "/runtime/microvm/vms/" + pooled + "/qemu.pid");
+  ASSERT_TRUE(pid);
+  auto cmd = sys::ReadFile("/proc/" + std::to_string(std::atoi(pid->c_str())) + "/cmdline");
+  ASSERT_TRUE(cmd);
+  EXPECT_NE(cmd->find("space-vm-.pool-"), std::string::npos) << "the create took the pool's VM";
+  auto a = d.client().ReadFile(first, "/etc/machine-id"), b = d.client().ReadFile(pooled, "/etc/machine-id");
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(b->size(), 33u);
+  auto now = d.client().Run(pooled, std::vector<std::string>{"date", "+%s"});
+  ASSERT_TRUE(now);
+  EXPECT_NEAR(std::atoll(now->out.c_str()), NowUnixMillis() / 1000, 5);
+  auto host = d.client().Run(pooled, std::vector<std::string>{"hostname"});
+  ASSERT_TRUE(host);
+  EXPECT_EQ(host->out, "sandbox\n");
+  // The pool is refilled, never beyond its size.
+  deadline = std::chrono::steady_clock::now() + 60s;
+  while (ReadyPoolVms(d.data_dir()) < 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(ReadyPoolVms(d.data_dir()), 1);
+  EXPECT_EQ(QemuPids(d.data_dir(), true).size(), 3u);
+  // A pooled VM is a sandbox like any other: it snapshots (QEMU reopens its disk by the
+  // name it was started with), and deleted it leaves no process.
+  auto snap = d.client().SnapshotAndWait(pooled);
+  EXPECT_TRUE(snap) << snap.error().message;
+  ASSERT_TRUE(d.client().DeleteSandboxAndWait(pooled, 60s));
+  EXPECT_EQ(QemuPids(d.data_dir()).size(), 1u);
+  d.Stop();
+  EXPECT_EQ(QemuPids(d.data_dir(), true).size(), 1u) << "the pool's VM ends with spaced, the sandbox does not";
+  EXPECT_EQ(ReadyPoolVms(d.data_dir()), 0);
+}
+
 TEST_F(MicrovmTest, SuspendAndWakeKeepARunningCommand) {
   std::string id = Create();
   ASSERT_FALSE(id.empty());
@@ -299,6 +374,9 @@ TEST_F(MicrovmTest, SurvivesARestartOfSpaced) {
   daemon_->Kill();
   ASSERT_EQ(QemuPids(daemon_->data_dir()).size(), 1u) << "QEMU runs on without spaced";
   ASSERT_TRUE(daemon_->Start());
+  // The restore pool of the killed spaced (its VMs wait on connections that are gone) is
+  // ended by the new one, which makes none until a create asks.
+  EXPECT_EQ(QemuPids(daemon_->data_dir(), true).size(), 1u);
   auto done = c().GetCommand(id, (*cmd)["id"].get<std::string>(), 30s);
   ASSERT_TRUE(done);
   EXPECT_EQ((*done)["state"], "exited");

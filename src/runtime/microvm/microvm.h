@@ -13,6 +13,15 @@
 //   vms/<id>/               one VM: vm.json, disk.qcow2 (qcow2 overlay), qmp.sock,
 //                           agent.sock (the virtio-serial chardev), console.log, qemu.log,
 //                           qemu.pid, and suspend.state while suspended
+//   vms/.pool-<hex>/        a VM of the restore pool (hidden from List): the template
+//                           snapshot restored, its agent's first requests and a throwaway
+//                           command run (this warms TCG's translation cache), then stopped;
+//                           `pooled` once ready. A start from that template renames the dir
+//                           to vms/<id> (leaving a link at the old name, which QEMU uses to
+//                           reopen its disk) and only continues the guest and syncs it (QEMU
+//                           keeps its -name, recorded as `marker` in vm.json). Pool VMs
+//                           belong to no sandbox: the runtime's destructor and the next
+//                           Init() end them
 //   snapshots/<id>/         full snapshots: state (QEMU migration stream), disk.qcow2, meta.json
 //   accel.json              the result of the KVM probe (cached)
 // QEMU runs detached in its own session, as its own unprivileged uid (-runas), with
@@ -20,7 +29,7 @@
 // finds it again through vms/<id>/. Snapshot files are opened by the daemon and handed
 // to QEMU over QMP (getfd), so the unprivileged QEMU needs no access to them.
 //
-// After a restore (template snapshot, full snapshot, wake) the runtime tells the agent
+// After a restore (template snapshot, pool VM, full snapshot, wake) the runtime tells the agent
 // the real time, the clone's identity (host name, machine id) and fresh entropy (`sync`
 // in docs/agent-protocol.md) before Start/Wake return; the vmgenid device gives kernels
 // that have its driver a new generation id too.
@@ -48,6 +57,9 @@ struct MicrovmOptions {
   uint32_t vm_uid_base = 3000000;             // VMs run as uids from here (0: as root)
   int64_t boot_timeout_ms = 60000;            // QEMU started -> agent HELLO
   bool template_snapshots = true;             // start VMs from a per-template snapshot
+  // Restored VMs kept stopped and ready per template snapshot (refilled in the
+  // background, at a lower priority, after each start from that template); 0 = none.
+  int restore_pool = 2;
 };
 
 // Checks the options and creates the state directories. Never fails for a missing

@@ -5,6 +5,7 @@
 #include <sodium.h>
 #include <spdlog/spdlog.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -14,8 +15,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -170,9 +174,12 @@ struct VmConfig {
   std::string accel;
   std::string hostname = "sandbox";
   bool suspended = false;
+  std::string marker;  // QEMU's -name; "" = space-vm-<id> (a pooled VM keeps its slot's)
   Json ToJson() const {
-    return {{"uid", uid}, {"mem_mib", mem_mib}, {"cpus", cpus}, {"accel", accel},
-            {"hostname", hostname}, {"suspended", suspended}};
+    Json j = {{"uid", uid}, {"mem_mib", mem_mib}, {"cpus", cpus}, {"accel", accel},
+              {"hostname", hostname}, {"suspended", suspended}};
+    if (!marker.empty()) j["marker"] = marker;
+    return j;
   }
   static VmConfig FromJson(const Json& j) {
     VmConfig c;
@@ -182,6 +189,7 @@ struct VmConfig {
     c.accel = JsonStringOr(j, "accel", "tcg");
     c.hostname = JsonStringOr(j, "hostname", "sandbox");
     c.suspended = JsonBoolOr(j, "suspended", false);
+    c.marker = JsonStringOr(j, "marker", "");
     return c;
   }
 };
@@ -192,11 +200,36 @@ struct Launch {
   bool mem_shared = false;     // share=on (template boot) / off (copy-on-write clone)
   std::string incoming_state;  // restore from this migration stream ("" = cold boot)
   bool ignore_shared = false;  // x-ignore-shared on the migration
+  bool pool = false;           // a restore-pool VM (lower priority; see MakePooled)
+};
+
+// A VM of the restore pool: restored from a template snapshot, run once through the
+// agent's handshake and a throwaway command (which warms TCG's translation cache for the
+// paths every first command takes), then stopped. Its QMP and agent connections stay
+// open, so taking it is `cont` + `sync` on connections already made.
+struct PoolVm {
+  std::string slot;  // vms/<slot>, a dot name (hidden from List) until taken
+  pid_t pid = 0;
+  QmpClient qmp;
+  sys::UniqueFd agent;
 };
 
 class MicrovmRuntime final : public Runtime {
  public:
   explicit MicrovmRuntime(MicrovmOptions o) : opts_(std::move(o)) {}
+
+  // The restore pool's VMs belong to no sandbox: they go with the runtime.
+  ~MicrovmRuntime() override {
+    {
+      std::lock_guard lock(pool_mu_);
+      pool_stop_ = true;
+    }
+    pool_cv_.notify_all();
+    if (pool_thread_.joinable()) pool_thread_.join();
+    for (auto& [key, vms] : pool_) {
+      for (auto& vm : vms) DiscardPooled(vm.slot);
+    }
+  }
 
   Status Init() {
     for (const char* d : {"", "/images", "/templates", "/vms", "/snapshots", "/tmp"}) {
@@ -211,6 +244,18 @@ class MicrovmRuntime final : public Runtime {
     }
     (void)sys::RemoveAll(opts_.state_dir + "/tmp");
     (void)sys::MkdirAll(opts_.state_dir + "/tmp", 0711);
+    // Restore-pool VMs of an earlier run (spaced was killed): their connections are gone.
+    if (auto all = ListDir(opts_.state_dir + "/vms", /*hidden=*/true)) {
+      for (const auto& slot : *all) {
+        struct stat st;
+        if (!StartsWith(slot, kPoolPrefix) || ::lstat(VmDir(slot).c_str(), &st) != 0) continue;
+        if (S_ISDIR(st.st_mode)) {
+          DiscardPooled(slot);
+        } else if (S_ISLNK(st.st_mode) && !sys::Exists(VmDir(slot) + "/vm.json")) {
+          ::unlink(VmDir(slot).c_str());  // the link of a taken VM that is gone
+        }
+      }
+    }
     if (!sys::Exists(opts_.kernel)) {
       unavailable_ = "guest kernel " + opts_.kernel +
                      " is missing (install linux-image-cloud-amd64 and rebuild)";
@@ -226,6 +271,8 @@ class MicrovmRuntime final : public Runtime {
     if (opts_.accel != "auto" && opts_.accel != "kvm" && opts_.accel != "tcg")
       return Fail(Errc::kInvalidArgument, "microvm acceleration must be auto, kvm or tcg");
     tsc_khz_ = HostTscKhz();
+    if (unavailable_.empty() && opts_.template_snapshots && opts_.restore_pool > 0)
+      pool_thread_ = std::thread([this] { PoolLoop(); });
     return Ok();
   }
 
@@ -260,6 +307,7 @@ class MicrovmRuntime final : public Runtime {
     Launch launch;
     std::string disk_src;  // qcow2 to copy, or "" for a new overlay on `image`
     std::string image;
+    std::string pool_tpl;  // the template snapshot whose restore pool to refill afterwards
     if (!spec.snapshot_id.empty()) {
       std::string sdir = SnapshotDir(spec.snapshot_id);
       auto meta = sys::ReadFile(sdir + "/meta.json");
@@ -279,6 +327,15 @@ class MicrovmRuntime final : public Runtime {
       image = *img;
       if (opts_.template_snapshots) {
         auto tpl = EnsureTemplateSnapshot(image, spec.template_digest, cfg);
+        if (tpl && opts_.restore_pool > 0) {
+          pool_tpl = *tpl;
+          if (auto vm = TakePooled(*tpl)) {
+            auto st = StartPooled(std::move(*vm), spec.id, cfg.hostname);
+            WantPool(*tpl, cfg);
+            if (st) return Ok();
+            spdlog::warn("microvm {}: pooled VM failed, restoring instead: {}", spec.id, st.error().message);
+          }
+        }
         if (tpl) {
           disk_src = *tpl + "/disk.qcow2";
           launch.mem_file = *tpl + "/mem";
@@ -308,6 +365,7 @@ class MicrovmRuntime final : public Runtime {
       (void)Destroy(spec.id);
       return st;
     }
+    if (!pool_tpl.empty()) WantPool(pool_tpl, cfg);
     return Ok();
   }
 
@@ -317,6 +375,13 @@ class MicrovmRuntime final : public Runtime {
   Status Destroy(const std::string& id) override {
     if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "bad instance id " + id);
     SPACE_TRY(Kill(id));
+    // A VM taken from the pool left a link at its slot's name (StartPooled).
+    std::string marker = Marker(id);
+    if (StartsWith(marker, std::string("space-vm-") + kPoolPrefix)) {
+      std::string slot = VmDir(marker.substr(9));
+      struct stat st;
+      if (::lstat(slot.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) ::unlink(slot.c_str());
+    }
     return sys::RemoveAll(VmDir(id));
   }
 
@@ -445,7 +510,15 @@ class MicrovmRuntime final : public Runtime {
  private:
   std::string VmDir(const std::string& id) const { return opts_.state_dir + "/vms/" + id; }
   std::string SnapshotDir(const std::string& id) const { return opts_.state_dir + "/snapshots/" + id; }
-  static std::string Marker(const std::string& id) { return "space-vm-" + id; }
+  // The name QEMU runs under (its command line proves a pid is this VM's): space-vm-<id>,
+  // or for a VM taken from the restore pool the name of its slot (vm.json says which).
+  std::string Marker(const std::string& id) const {
+    if (auto j = sys::ReadFile(VmDir(id) + "/vm.json")) {
+      std::string m = VmConfig::FromJson(ParseJson(*j).value_or(Json::object())).marker;
+      if (!m.empty()) return m;
+    }
+    return "space-vm-" + id;
+  }
 
   Status Available() const {
     if (!unavailable_.empty()) return Fail(Errc::kUnavailable, "microvm runtime unavailable: " + unavailable_);
@@ -457,13 +530,13 @@ class MicrovmRuntime final : public Runtime {
     return s ? static_cast<pid_t>(std::atoi(s->c_str())) : 0;
   }
 
-  static Result<std::vector<std::string>> ListDir(const std::string& path) {
+  static Result<std::vector<std::string>> ListDir(const std::string& path, bool hidden = false) {
     std::vector<std::string> out;
     DIR* d = ::opendir(path.c_str());
     if (!d) return errno == ENOENT ? Result<std::vector<std::string>>(out) : ErrnoFail("list " + path);
     while (dirent* e = ::readdir(d)) {
       std::string n = e->d_name;
-      if (n[0] != '.') out.push_back(n);
+      if (n != "." && n != ".." && (hidden || n[0] != '.')) out.push_back(n);
     }
     ::closedir(d);
     std::sort(out.begin(), out.end());
@@ -496,7 +569,7 @@ class MicrovmRuntime final : public Runtime {
     if (opts_.vm_uid_base == 0) return 0u;
     std::lock_guard lock(uid_mu_);
     std::set<uint32_t> used(reserved_uids_.begin(), reserved_uids_.end());
-    if (auto ids = ListDir(opts_.state_dir + "/vms")) {
+    if (auto ids = ListDir(opts_.state_dir + "/vms", /*hidden=*/true)) {  // pool VMs too
       for (const auto& other : *ids) {
         auto j = sys::ReadFile(VmDir(other) + "/vm.json");
         if (j) used.insert(VmConfig::FromJson(ParseJson(*j).value_or(Json::object())).uid);
@@ -607,9 +680,13 @@ class MicrovmRuntime final : public Runtime {
       Launch launch;
       launch.mem_file = dir + "/mem";
       launch.mem_shared = true;
-      SPACE_TRY(Boot(id, cfg, launch, /*sync=*/false));
-      auto q = QmpClient::Connect(dir + "/qmp.sock", 5000);
-      if (!q) return tl::unexpected(q.error());
+      Handles h;
+      // With `sync`: /etc/machine-id then exists, and each clone's sync overwrites it in place.
+      SPACE_TRY(Boot(id, cfg, launch, /*sync=*/true, &h));
+      // One command before the snapshot: the shell, loader and libc it reads are then in
+      // the page cache of every clone (read once here, not from the disk by each clone).
+      SPACE_TRY_WRAP(WarmUp(id, h.agent.get()), "warm-up command");
+      QmpClient* q = &h.qmp;
       SPACE_TRY(q->Execute("stop").map([](auto&&) {}));
       SPACE_TRY(SaveState(*q, dir + "/state", true));
       (void)q->Execute("quit");
@@ -676,7 +753,7 @@ class MicrovmRuntime final : public Runtime {
                               : "memory-backend-file,id=mem0,size=" + mem + ",mem-path=" + l.mem_file +
                                     ",share=" + (l.mem_shared ? "on" : "off");
     std::vector<std::string> a = {
-        opts_.qemu_binary, "-name", Marker(id),
+        opts_.qemu_binary, "-name", cfg.marker.empty() ? "space-vm-" + id : cfg.marker,
         "-M", "microvm,x-option-roms=off,rtc=on,memory-backend=mem0",
         "-accel", cfg.accel, "-smp", std::to_string(cfg.cpus), "-m", mem,
         "-object", backend,
@@ -696,13 +773,23 @@ class MicrovmRuntime final : public Runtime {
     if (cfg.accel == "kvm") a.insert(a.end(), {"-cpu", "host"});
     if (cfg.uid != 0) a.insert(a.end(), {"-runas", std::to_string(cfg.uid) + ":" + std::to_string(cfg.uid)});
     if (!l.incoming_state.empty()) a.insert(a.end(), {"-incoming", "defer"});
+    // A restore-pool VM is made in the background: at a lower priority than running VMs.
+    if (l.pool) a.insert(a.begin(), {"nice", "-n", "10"});
     return a;
   }
+
+  // What Boot leaves open for a caller that asks (the template and restore-pool VMs).
+  struct Handles {
+    pid_t pid = 0;
+    QmpClient qmp;
+    sys::UniqueFd agent;
+  };
 
   // Starts QEMU detached, restores its state if asked, and waits for the agent's HELLO
   // (and, with `sync`, hands the agent the time and identity). On failure the caller
   // kills the process.
-  Status Boot(const std::string& id, const VmConfig& cfg, const Launch& l, bool sync) {
+  Status Boot(const std::string& id, const VmConfig& cfg, const Launch& l, bool sync,
+              Handles* keep = nullptr) {
     const std::string dir = VmDir(id);
     for (const char* f : {"/qmp.sock", "/agent.sock", "/qemu.pid", "/console.log"}) (void)::unlink((dir + f).c_str());
     if ((dir + "/agent.sock").size() >= sizeof(sockaddr_un{}.sun_path))
@@ -759,6 +846,7 @@ class MicrovmRuntime final : public Runtime {
           if (MonotonicNanos() > deadline) return Fail(Errc::kDeadlineExceeded, "restore timed out");
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
+        // QEMU may already run the guest (it does after an incoming migration unless -S).
         SPACE_TRY(q->Execute("cont").map([](auto&&) {}));
         return Ok();
       }();
@@ -768,21 +856,70 @@ class MicrovmRuntime final : public Runtime {
       }
     }
     const int64_t t1 = MonotonicNanos();
-    auto agent = AgentHandshake(id, cfg, sync, !l.incoming_state.empty());
+    sys::UniqueFd agent_fd;
+    auto agent = AgentHandshake(id, cfg, sync, !l.incoming_state.empty(), keep ? &agent_fd : nullptr);
     if (!agent) return Fail(agent.error().code, failure(agent.error().message));
     spdlog::debug("microvm {}: qemu+{} {:.0f} ms, agent {:.0f} ms", id,
                   l.incoming_state.empty() ? "boot" : "restore", (t1 - t0) / 1e6,
                   (MonotonicNanos() - t1) / 1e6);
+    if (keep) {
+      keep->pid = pid;
+      keep->qmp = std::move(*q);
+      keep->agent = std::move(agent_fd);
+    }
     return Ok();
   }
 
+  // The agent's `sync` request: real time, this VM's identity, fresh entropy.
+  std::string SyncFrame(const std::string& id, const std::string& hostname, uint32_t request) {
+    unsigned char rnd[32];
+    randombytes_buf(rnd, sizeof rnd);
+    Json req = {{"op", "sync"},
+                {"time_ns", static_cast<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                     std::chrono::system_clock::now().time_since_epoch())
+                                                     .count())},
+                {"hostname", hostname},
+                {"machine_id", Fnv64(id + "a") + Fnv64(id + "b")},
+                {"entropy", HexEncode(std::string_view(reinterpret_cast<char*>(rnd), sizeof rnd))}};
+    return agent::EncodeFrame(agent::FrameType::kRequest, request, agent::EncodeMessage(req));
+  }
+
+  // Reads frames from an agent connection until `done` accepts one. Fails when the
+  // connection ends, the VM's QEMU is gone, or at the deadline.
+  Status AgentAwait(const std::string& id, int fd, agent::FrameDecoder& dec, int64_t deadline_ns,
+                    const std::function<bool(const agent::Frame&)>& done) {
+    while (MonotonicNanos() < deadline_ns) {
+      pollfd p{fd, POLLIN, 0};
+      int r = ::poll(&p, 1, 100);
+      if (r == 0) {
+        if (!PidAlive(Pid(id), Marker(id))) return Fail(Errc::kUnavailable, "QEMU exited");
+        continue;
+      }
+      char buf[65536];
+      ssize_t n = r > 0 ? ::read(fd, buf, sizeof buf) : -1;
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return Fail(Errc::kUnavailable, "the agent connection ended");
+      dec.Feed(std::string_view(buf, static_cast<size_t>(n)));
+      for (;;) {
+        auto f = dec.Next();
+        if (!f) return Fail(Errc::kUnavailable, "agent protocol error: " + f.error().message);
+        if (!*f) break;
+        if (done(**f)) return Ok();
+      }
+    }
+    return Fail(Errc::kDeadlineExceeded, "the agent did not answer in time");
+  }
+
   // Connects to the agent channel, waits for HELLO and optionally sends `sync`; then
-  // disconnects (core connects next). A restored guest may not notice a connection made
-  // in the instant its state was loaded, so without HELLO in a short while we reconnect.
-  Status AgentHandshake(const std::string& id, const VmConfig& cfg, bool sync, bool restored) {
+  // disconnects (core connects next) unless `keep` takes the connection. A restored guest
+  // may not notice a connection made in the instant its state was loaded, so without
+  // HELLO in a short while we reconnect.
+  Status AgentHandshake(const std::string& id, const VmConfig& cfg, bool sync, bool restored,
+                        sys::UniqueFd* keep = nullptr) {
     const std::string path = AgentSocketPath(id);
     const int64_t deadline = MonotonicNanos() + opts_.boot_timeout_ms * 1'000'000;
     const int64_t retry_ns = restored ? 500'000'000 : INT64_MAX / 4;
+    constexpr uint32_t kSyncRequest = 0x7fff0001;
     while (MonotonicNanos() < deadline) {
       if (!PidAlive(Pid(id), Marker(id))) return Fail(Errc::kUnavailable, "QEMU exited during boot");
       sys::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -797,52 +934,214 @@ class MicrovmRuntime final : public Runtime {
                                                      agent::EncodeMessage(Json{{"op", "hello"}}));
       if (!sys::WriteAll(fd.get(), hello_request)) continue;
       agent::FrameDecoder dec;
-      const int64_t attempt_end = std::min(deadline, MonotonicNanos() + retry_ns);
-      uint32_t want_response = 0;
-      while (MonotonicNanos() < attempt_end) {
-        pollfd p{fd.get(), POLLIN, 0};
-        int r = ::poll(&p, 1, 100);
-        if (r == 0) {
-          if (!PidAlive(Pid(id), Marker(id))) return Fail(Errc::kUnavailable, "QEMU exited during boot");
-          continue;
-        }
-        char buf[65536];
-        ssize_t n = r > 0 ? ::read(fd.get(), buf, sizeof buf) : -1;
-        if (n <= 0) break;
-        dec.Feed(std::string_view(buf, static_cast<size_t>(n)));
-        bool bad = false;
-        for (;;) {
-          auto f = dec.Next();
-          if (!f) {
-            bad = true;  // bytes of a frame from before the restore: start over
-            break;
-          }
-          if (!*f) break;
-          if ((*f)->type == agent::FrameType::kHello && want_response == 0) {
-            if (!sync) return Ok();
-            unsigned char rnd[32];
-            randombytes_buf(rnd, sizeof rnd);
-            Json req = {{"op", "sync"},
-                        {"time_ns", static_cast<int64_t>(
-                                        std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                            std::chrono::system_clock::now().time_since_epoch())
-                                            .count())},
-                        {"hostname", cfg.hostname},
-                        {"machine_id", Fnv64(id + "a") + Fnv64(id + "b")},
-                        {"entropy", HexEncode(std::string_view(reinterpret_cast<char*>(rnd), sizeof rnd))}};
-            want_response = 0x7fff0001;
-            std::string wire = agent::EncodeFrame(agent::FrameType::kRequest, want_response,
-                                                  agent::EncodeMessage(req));
-            if (!sys::WriteAll(fd.get(), wire)) break;
-          } else if ((*f)->type == agent::FrameType::kResponse && (*f)->stream == want_response) {
-            return Ok();
-          }
-        }
-        if (bad) break;
+      bool sync_sent = false, write_failed = false;
+      auto st = AgentAwait(id, fd.get(), dec, std::min(deadline, MonotonicNanos() + retry_ns),
+                           [&](const agent::Frame& f) {
+                             if (f.type == agent::FrameType::kHello && !sync_sent) {
+                               if (!sync) return true;
+                               sync_sent = true;
+                               write_failed = !sys::WriteAll(fd.get(), SyncFrame(id, cfg.hostname, kSyncRequest));
+                               return write_failed;
+                             }
+                             return f.type == agent::FrameType::kResponse && f.stream == kSyncRequest;
+                           });
+      // A protocol error is most likely bytes of a frame from before the restore: start over.
+      if (!st && st.error().code != Errc::kDeadlineExceeded && !PidAlive(Pid(id), Marker(id)))
+        return Fail(Errc::kUnavailable, "QEMU exited during boot");
+      if (st && !write_failed) {
+        if (keep) *keep = std::move(fd);
+        return Ok();
       }
     }
     return Fail(Errc::kDeadlineExceeded, "the guest's agent did not come up within " +
                                              std::to_string(opts_.boot_timeout_ms) + " ms");
+  }
+
+  // --- the restore pool
+
+  static constexpr char kPoolPrefix[] = ".pool-";
+
+  // Pools are kept for this many template snapshots, the most recently started ones (a
+  // pool VM holds ~30 MiB of private memory while it waits).
+  static constexpr size_t kPoolTemplates = 4;
+
+  // Asks the pool thread to keep `restore_pool` VMs of this template snapshot ready; the
+  // pool of the template started least recently goes if that makes too many.
+  void WantPool(const std::string& tpl, const VmConfig& cfg) {
+    VmConfig want;
+    want.mem_mib = cfg.mem_mib;
+    want.cpus = cfg.cpus;
+    want.accel = cfg.accel;
+    std::vector<PoolVm> evicted;
+    {
+      std::lock_guard lock(pool_mu_);
+      pool_want_[tpl] = want;
+      pool_lru_.erase(std::remove(pool_lru_.begin(), pool_lru_.end(), tpl), pool_lru_.end());
+      pool_lru_.push_front(tpl);
+      while (pool_lru_.size() > kPoolTemplates) {
+        const std::string old = pool_lru_.back();
+        pool_lru_.pop_back();
+        pool_want_.erase(old);
+        for (auto& vm : pool_[old]) evicted.push_back(std::move(vm));
+        pool_.erase(old);
+      }
+    }
+    pool_cv_.notify_all();
+    for (auto& vm : evicted) DiscardPooled(vm.slot);
+  }
+
+  std::optional<PoolVm> TakePooled(const std::string& tpl) {
+    std::lock_guard lock(pool_mu_);
+    auto it = pool_.find(tpl);
+    if (it == pool_.end() || it->second.empty()) return std::nullopt;
+    PoolVm vm = std::move(it->second.front());
+    it->second.pop_front();
+    return vm;
+  }
+
+  // Makes the pool's VMs, one at a time, while a wanted template has fewer than
+  // restore_pool ready. A failure drops the template until its next start asks again.
+  void PoolLoop() {
+    std::unique_lock lock(pool_mu_);
+    while (!pool_stop_) {
+      std::string tpl;
+      VmConfig want;
+      for (const auto& [t, w] : pool_want_) {
+        if (pool_[t].size() < static_cast<size_t>(opts_.restore_pool)) {
+          tpl = t;
+          want = w;
+          break;
+        }
+      }
+      if (tpl.empty()) {
+        pool_cv_.wait(lock);
+        continue;
+      }
+      lock.unlock();
+      auto vm = MakePooled(tpl, want);
+      lock.lock();
+      if (!vm) {
+        spdlog::warn("microvm: restore pool of {}: {}", tpl, vm.error().message);
+        pool_want_.erase(tpl);
+        pool_lru_.erase(std::remove(pool_lru_.begin(), pool_lru_.end(), tpl), pool_lru_.end());
+        continue;
+      }
+      if (!pool_want_.count(tpl)) {  // its template lost its pool meanwhile
+        lock.unlock();
+        DiscardPooled(vm->slot);
+        lock.lock();
+        continue;
+      }
+      pool_[tpl].push_back(std::move(*vm));
+    }
+  }
+
+  // Restores the template snapshot into a hidden VM dir, lets the agent handshake and
+  // run a throwaway command (warming TCG's translation cache for the paths a first
+  // command takes), and stops the VM, keeping its QMP and agent connections.
+  Result<PoolVm> MakePooled(const std::string& tpl, VmConfig cfg) {
+    unsigned char rnd[6];
+    randombytes_buf(rnd, sizeof rnd);
+    const std::string slot = kPoolPrefix + HexEncode(std::string_view(reinterpret_cast<char*>(rnd), sizeof rnd));
+    const std::string dir = VmDir(slot);
+    const int64_t t0 = MonotonicNanos();
+    cfg.marker = "space-vm-" + slot;
+    PoolVm vm;
+    vm.slot = slot;
+    auto st = [&]() -> Status {
+      auto uid = AllocateUid(slot);
+      if (!uid) return tl::unexpected(uid.error());
+      cfg.uid = *uid;
+      SPACE_TRY(sys::MkdirAll(dir, 0711));
+      SPACE_TRY(sys::WriteFileAtomic(dir + "/vm.json", cfg.ToJson().dump(), 0644));
+      SPACE_TRY_WRAP(CopySparse(tpl + "/disk.qcow2", dir + "/disk.qcow2"), "copy disk");
+      SPACE_TRY(ChownToVm(dir + "/disk.qcow2", cfg.uid));
+      Launch l;
+      l.mem_file = tpl + "/mem";
+      l.incoming_state = tpl + "/state";
+      l.ignore_shared = true;
+      l.pool = true;
+      Handles h;
+      SPACE_TRY(Boot(slot, cfg, l, /*sync=*/true, &h));
+      vm.pid = h.pid;
+      vm.qmp = std::move(h.qmp);
+      vm.agent = std::move(h.agent);
+      SPACE_TRY_WRAP(WarmUp(slot, vm.agent.get()), "warm-up command");
+      SPACE_TRY(vm.qmp.Execute("stop").map([](auto&&) {}));
+      return sys::WriteFileAtomic(dir + "/pooled", "", 0644);  // ready (for tests and people)
+    }();
+    if (!st) {
+      DiscardPooled(slot);
+      return tl::unexpected(st.error());
+    }
+    spdlog::debug("microvm: restore pool VM {} ready in {:.0f} ms", slot, (MonotonicNanos() - t0) / 1e6);
+    return vm;
+  }
+
+  // Runs `/bin/sh -c :` through the agent (any outcome will do: a template without a
+  // shell still went through the agent's fork and exec) and lets the agent forget it.
+  Status WarmUp(const std::string& slot, int fd) {
+    constexpr uint32_t kRequest = 0x7fff0002, kStream = 0x7fff0002;
+    Json exec = {{"op", "exec"}, {"stream", kStream}, {"id", "pool-warm-up"},
+                 {"argv", Json::array({"/bin/sh", "-c", ":"})}, {"timeout_ms", 20000}};
+    SPACE_TRY(sys::WriteAll(fd, agent::EncodeFrame(agent::FrameType::kRequest, kRequest,
+                                                   agent::EncodeMessage(exec))));
+    agent::FrameDecoder dec;
+    bool started = false;
+    SPACE_TRY(AgentAwait(slot, fd, dec, MonotonicNanos() + 30'000'000'000, [&](const agent::Frame& f) {
+      if (f.type == agent::FrameType::kResponse && f.stream == kRequest) {
+        auto m = agent::DecodeMessage(f.payload);
+        started = m && !agent::ErrorFromJson(m->json);
+        return !started;  // a failed exec leaves nothing behind
+      }
+      return f.type == agent::FrameType::kExit && f.stream == kStream;
+    }));
+    if (!started) return Ok();
+    return sys::WriteAll(fd, agent::EncodeFrame(agent::FrameType::kAck, kStream, agent::EncodeAck(0, 0)));
+  }
+
+  // Hands a pooled VM to instance `id`: its dir is renamed, the guest continues and gets
+  // its identity (`sync`) on the connection the pool kept.
+  Status StartPooled(PoolVm vm, const std::string& id, const std::string& hostname) {
+    const int64_t t0 = MonotonicNanos();
+    const std::string from = VmDir(vm.slot), dir = VmDir(id);
+    bool moved = false;
+    auto st = [&]() -> Status {
+      auto j = sys::ReadFile(from + "/vm.json");
+      if (!j) return tl::unexpected(j.error());
+      VmConfig cfg = VmConfig::FromJson(ParseJson(*j).value_or(Json::object()));
+      cfg.hostname = hostname;
+      if (::rename(from.c_str(), dir.c_str()) != 0) return ErrnoFail("take pooled VM");
+      moved = true;
+      // QEMU reopens its disk by the name it was given (e.g. read-only when a snapshot
+      // inactivates it): that name must keep working.
+      if (::symlink(id.c_str(), from.c_str()) != 0) return ErrnoFail("link pooled VM's old dir");
+      SPACE_TRY(sys::WriteFileAtomic(dir + "/vm.json", cfg.ToJson().dump(), 0644));
+      ::setpriority(PRIO_PGRP, vm.pid, 0);  // every QEMU thread back to normal priority
+      SPACE_TRY(vm.qmp.Execute("cont").map([](auto&&) {}));
+      constexpr uint32_t kSyncRequest = 0x7fff0003;
+      SPACE_TRY(sys::WriteAll(vm.agent.get(), SyncFrame(id, hostname, kSyncRequest)));
+      agent::FrameDecoder dec;
+      return AgentAwait(id, vm.agent.get(), dec, MonotonicNanos() + 10'000'000'000, [&](const agent::Frame& f) {
+        return f.type == agent::FrameType::kResponse && f.stream == kSyncRequest;
+      });
+    }();
+    if (!st) {
+      if (moved) {
+        (void)Destroy(id);
+      } else {
+        DiscardPooled(vm.slot);
+      }
+      return st;
+    }
+    spdlog::debug("microvm {}: from the restore pool ({}) in {:.1f} ms", id, vm.slot,
+                  (MonotonicNanos() - t0) / 1e6);
+    return Ok();
+  }
+
+  void DiscardPooled(const std::string& slot) {
+    (void)Kill(slot);
+    (void)sys::RemoveAll(VmDir(slot));
   }
 
   Result<std::string> Accel() {
@@ -924,6 +1223,14 @@ class MicrovmRuntime final : public Runtime {
   std::set<uint32_t> reserved_uids_;
   std::mutex keys_mu_;
   std::map<std::string, std::unique_ptr<std::mutex>> key_mutexes_;
+  // The restore pool, per template snapshot dir (PoolLoop).
+  std::mutex pool_mu_;
+  std::condition_variable pool_cv_;
+  bool pool_stop_ = false;
+  std::map<std::string, VmConfig> pool_want_;
+  std::deque<std::string> pool_lru_;  // templates with a pool, most recently started first
+  std::map<std::string, std::deque<PoolVm>> pool_;
+  std::thread pool_thread_;
 };
 
 }  // namespace
