@@ -345,6 +345,26 @@ TEST_F(MicrovmTest, SuspendAndWakeKeepARunningCommand) {
   ASSERT_TRUE(c().DeleteSandboxAndWait(id, 60s));
 }
 
+// Full snapshots on a schedule (snapshot_every / keep_last), as for oci.
+TEST_F(MicrovmTest, ScheduledFullSnapshots) {
+  std::string id = Create({{"snapshot_every", 1}, {"keep_last", 2}});
+  ASSERT_FALSE(id.empty());
+  Json snaps = Json::array();
+  size_t ready = 0;
+  for (int i = 0; i < 100 && ready < 2; ++i) {
+    std::this_thread::sleep_for(200ms);
+    auto listed = c().Call("GET", "/v1/sandboxes/" + id + "/snapshots");
+    ASSERT_TRUE(listed) << listed.error().message;
+    snaps = (*listed)["snapshots"];
+    ready = 0;
+    for (const auto& s : snaps) ready += s["state"] == "ready";
+  }
+  EXPECT_GE(ready, 2u) << snaps.dump();
+  EXPECT_LE(snaps.size(), 3u) << snaps.dump();  // keep_last + one in flight
+  for (const auto& s : snaps) EXPECT_EQ(s["kind"], "full") << s.dump();
+  ASSERT_TRUE(c().Call("DELETE", "/v1/sandboxes/" + id + "?wait=60s&delete_snapshots=1"));
+}
+
 TEST_F(MicrovmTest, ForkARunningVm) {
   std::string id = Create();
   ASSERT_FALSE(id.empty());
