@@ -10,7 +10,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <optional>
 #include <set>
 
@@ -196,6 +199,7 @@ class OciRuntime final : public Runtime {
   }
 
   Status StartSteps(const InstanceSpec& spec);
+  void WarmCgroupMigration();
   Status PauseResume(const std::string& id, bool pause);
   Status FreezeDirect(const std::string& id, bool freeze);
   static Status UnmountAll(const std::string& path);
@@ -211,7 +215,53 @@ class OciRuntime final : public Runtime {
   // (crun would otherwise compile it on every start); empty = let the runtime compile.
   Json seccomp_profile_;
   std::string seccomp_bpf_b64_;
+
+  // The first cgroup migration after an idle spell waits for an RCU grace period (the
+  // kernel's global cgroup_threadgroup_rwsem): 5-20 ms of crun joining the container's
+  // first cgroup. A no-op migration of spaced's own process into the cgroup it is already
+  // in, started as a create begins, absorbs that wait in parallel with the create's other
+  // steps; crun's migrations a few ms later find the semaphore ready.
+  std::string own_procs_;  // spaced's own cgroup.procs ("" = not found: no warming)
+  std::mutex warm_mu_;
+  std::condition_variable warm_cv_;
+  bool warm_kick_ = false, warm_stop_ = false;
+  std::thread warm_thread_;
+
+ public:
+  ~OciRuntime() override {
+    {
+      std::lock_guard l(warm_mu_);
+      warm_stop_ = true;
+    }
+    warm_cv_.notify_all();
+    if (warm_thread_.joinable()) warm_thread_.join();
+  }
 };
+
+void OciRuntime::WarmCgroupMigration() {
+  if (own_procs_.empty()) return;
+  std::lock_guard l(warm_mu_);
+  warm_kick_ = true;
+  if (!warm_thread_.joinable()) {
+    warm_thread_ = std::thread([this] {
+      const std::string pid = std::to_string(::getpid());
+      std::unique_lock lock(warm_mu_);
+      for (;;) {
+        warm_cv_.wait(lock, [&] { return warm_kick_ || warm_stop_; });
+        if (warm_stop_) return;
+        warm_kick_ = false;
+        lock.unlock();
+        int fd = ::open(own_procs_.c_str(), O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) {
+          (void)!::write(fd, pid.data(), pid.size());  // best effort: only a speed-up
+          ::close(fd);
+        }
+        lock.lock();
+      }
+    });
+  }
+  warm_cv_.notify_one();
+}
 
 Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
   OciOptions opts = in;
@@ -260,6 +310,26 @@ Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
   auto layout = oci::DetectCgroupLayout();
   if (!layout) return tl::unexpected(std::move(layout.error()).Wrap("oci"));
   rt->hierarchies_ = oci::CgroupHierarchies();
+  // spaced's own cgroup in one hierarchy (pids on v1, the unified one on v2), for
+  // WarmCgroupMigration.
+  if (auto self = sys::ReadFile("/proc/self/cgroup")) {
+    const oci::Hierarchy* h = oci::FindHierarchy(rt->hierarchies_, "pids");
+    std::string_view rest = *self;
+    while (!rest.empty()) {
+      size_t nl = rest.find('\n');
+      std::string_view line = rest.substr(0, nl);
+      rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+      size_t a = line.find(':'), b = a == std::string_view::npos ? a : line.find(':', a + 1);
+      if (!h || b == std::string_view::npos) continue;
+      std::string_view ctrls = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+      bool match = h->v2 ? (ctrls.empty() && line.substr(0, a) == "0")
+                         : ("," + std::string(ctrls) + ",").find(",pids,") != std::string::npos;
+      if (match && !path.empty() && path.find("..") == std::string_view::npos) {
+        std::string procs = h->mount_point + std::string(path == "/" ? "" : path) + "/cgroup.procs";
+        if (::access(procs.c_str(), W_OK) == 0) rt->own_procs_ = procs;
+      }
+    }
+  }
 
   const std::string& sd = rt->opts_.state_dir;
   rt->runtime_root_ = sd + "/" + kind;
@@ -358,6 +428,7 @@ Status OciRuntime::Start(const InstanceSpec& spec) {
 
 Status OciRuntime::StartSteps(const InstanceSpec& spec) {
   const std::string& id = spec.id;
+  WarmCgroupMigration();
   const std::string bundle = BundleDir(id);
   const std::string root = bundle + "/rootfs";
   const std::string run = RunDir(id);
