@@ -112,12 +112,11 @@ Result<Json> ParseJsonBody(std::string_view body) {
 
 // ---------------------------------------------------------------- sandboxes
 
-namespace {
-
-Result<std::map<std::string, std::string>> StringMap(const Json& body, const char* key) {
+Result<std::map<std::string, std::string>> ParseStringMap(const Json& body, const char* key,
+                                                          bool null_is_empty) {
   std::map<std::string, std::string> out;
   const Json* f = JsonField(body, key);
-  if (!f) return out;
+  if (!f || (null_is_empty && f->is_null())) return out;
   if (!f->is_object()) return Fail(Errc::kInvalidArgument, std::string(key) + " must be an object");
   for (const auto& [k, v] : f->items()) {
     if (!v.is_string())
@@ -126,8 +125,6 @@ Result<std::map<std::string, std::string>> StringMap(const Json& body, const cha
   }
   return out;
 }
-
-}  // namespace
 
 Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   core::CreateSandboxRequest req;
@@ -176,10 +173,10 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
       }
     }
   }
-  auto env = StringMap(body, "env");
+  auto env = ParseStringMap(body, "env");
   if (!env) return tl::unexpected(env.error());
   req.env = std::move(*env);
-  auto meta = StringMap(body, "metadata");
+  auto meta = ParseStringMap(body, "metadata");
   if (!meta) return tl::unexpected(meta.error());
   req.metadata = std::move(*meta);
   if (const Json* n = JsonField(body, "network")) {

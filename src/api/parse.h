@@ -54,6 +54,12 @@ int64_t WaitMillis(const Query& q);
 // A JSON request body: empty = {}; kInvalidArgument unless it is a JSON object.
 [[nodiscard]] Result<Json> ParseJsonBody(std::string_view body);
 
+// body[key] as a map of strings (absent: empty; with null_is_empty, null too); anything
+// else is kInvalidArgument naming the key. Used for env and metadata, here and by e2b/.
+[[nodiscard]] Result<std::map<std::string, std::string>> ParseStringMap(const Json& body,
+                                                                       const char* key,
+                                                                       bool null_is_empty = false);
+
 // ---- sandboxes (routes_sandboxes.cc)
 // POST /v1/sandboxes
 [[nodiscard]] Result<core::CreateSandboxRequest> ParseCreate(const Json& body);

@@ -5,6 +5,7 @@
 #include <csignal>
 
 #include "api/e2b/connect.h"
+#include "api/parse.h"
 
 namespace space::api::e2b {
 
@@ -17,22 +18,6 @@ std::string TemplateRef(const std::string& e2b_template) {
   return e2b_template + ":latest";
 }
 
-namespace {
-
-Result<std::map<std::string, std::string>> StringMap(const Json& body, const char* key) {
-  std::map<std::string, std::string> out;
-  const Json* f = JsonField(body, key);
-  if (!f || f->is_null()) return out;
-  if (!f->is_object()) return Fail(Errc::kInvalidArgument, std::string(key) + " must be an object");
-  for (const auto& [k, v] : f->items()) {
-    if (!v.is_string())
-      return Fail(Errc::kInvalidArgument, std::string(key) + "." + k + " must be a string");
-    out[k] = v.get<std::string>();
-  }
-  return out;
-}
-
-}  // namespace
 
 Result<int64_t> TimeoutSeconds(const Json& body) {
   const Json* t = JsonField(body, "timeout");
@@ -48,10 +33,10 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   if (!t || !t->is_string() || t->get<std::string>().empty())
     return Fail(Errc::kInvalidArgument, "templateID is required");
   req.template_ref = TemplateRef(t->get<std::string>());
-  auto meta = StringMap(body, "metadata");
+  auto meta = ParseStringMap(body, "metadata", /*null_is_empty=*/true);
   if (!meta) return tl::unexpected(meta.error());
   req.metadata = std::move(*meta);
-  auto env = StringMap(body, "envVars");
+  auto env = ParseStringMap(body, "envVars", /*null_is_empty=*/true);
   if (!env) return tl::unexpected(env.error());
   req.env = std::move(*env);
   auto timeout = TimeoutSeconds(body);
