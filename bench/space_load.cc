@@ -10,7 +10,6 @@
 // SPACED_PID) no sandbox root, runtime state or mount is left and spaced's file descriptors
 // are back to where they were before the load. Exit status 0 only if every output was
 // complete, nothing leaked and /healthz p99 stayed under --healthz-p99-ms.
-#include <dirent.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -31,18 +30,6 @@ using namespace space::bench;
 using namespace std::chrono_literals;
 
 namespace {
-
-size_t CountDir(const std::string& path) {
-  size_t n = 0;
-  if (DIR* d = ::opendir(path.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      std::string name = e->d_name;
-      if (name != "." && name != "..") ++n;
-    }
-    ::closedir(d);
-  }
-  return n;
-}
 
 struct Totals {
   std::mutex mu;
@@ -185,7 +172,7 @@ int main(int argc, char** argv) {
   auto idle = ProbeHealth(probe, Clock::now() + 2s, nullptr);
   Totals alone;
   ClientLoop(url, key, Clock::now() + 3s, commands, lines, alone);
-  size_t fds0 = proc.empty() ? 0 : CountDir(proc + "/fd");
+  size_t fds0 = proc.empty() ? 0 : sys::CountDirEntries(proc + "/fd");
 
   Totals t;
   const auto start = Clock::now();
@@ -229,8 +216,8 @@ int main(int argc, char** argv) {
   if (listed) leaks += " " + std::to_string(listed) + " sandboxes still listed;";
   if (!data_dir.empty()) {
     // Pool members (if any) are expected; count only what exceeds them.
-    size_t roots = CountDir(data_dir + "/storage/pool/roots");
-    size_t states = CountDir(data_dir + "/runtime/oci/run");
+    size_t roots = sys::CountDirEntries(data_dir + "/storage/pool/roots");
+    size_t states = sys::CountDirEntries(data_dir + "/runtime/oci/run");
     if (roots != states) leaks += " " + std::to_string(roots) + " roots for " + std::to_string(states) + " instances;";
     if (states > 8) leaks += " " + std::to_string(states) + " instances left;";
   }
@@ -238,7 +225,7 @@ int main(int argc, char** argv) {
     size_t fds1 = 0;
     // Connections and sessions wind down asynchronously: give them a few seconds.
     for (int i = 0; i < 50; ++i) {
-      fds1 = CountDir(proc + "/fd");
+      fds1 = sys::CountDirEntries(proc + "/fd");
       if (fds1 <= fds0 + 4) break;
       std::this_thread::sleep_for(100ms);
     }

@@ -360,6 +360,18 @@ bool Exists(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0;
 }
 
+size_t CountDirEntries(const std::string& path) {
+  size_t n = 0;
+  if (DIR* d = ::opendir(path.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      std::string_view name = e->d_name;
+      if (name != "." && name != "..") ++n;
+    }
+    ::closedir(d);
+  }
+  return n;
+}
+
 namespace {
 // Unescapes the octal escapes (\040 etc.) of /proc/self/mountinfo.
 std::string Unescape(const std::string& s) {

@@ -113,6 +113,8 @@ class TempDir {
 Status MkdirAll(const std::string& path, mode_t mode = 0755);
 Status RemoveAll(const std::string& path);   // does not cross mount points; ok if missing
 bool Exists(const std::string& path);
+// Entries of a directory, "." and ".." aside; 0 if it cannot be read.
+size_t CountDirEntries(const std::string& path);
 bool IsMountPoint(const std::string& path);
 // Mount points at or below `prefix`, deepest first (from /proc/self/mountinfo).
 std::vector<std::string> MountsUnder(const std::string& prefix);

@@ -1,23 +1,12 @@
 // Kill spaced at each step of snapshot, fork, pause, suspend and wake (a test-only
 // --crash-at point exits the daemon abruptly, like SIGKILL, at that instant), restart it,
 // and check every operation ended finished or rolled back: never half-done.
-#include <dirent.h>
-
 #include "tests/integration/harness.h"
 
 namespace space::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-size_t CountDir(const std::string& path) {
-  size_t n = 0;
-  if (DIR* d = ::opendir(path.c_str())) {
-    while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
-    ::closedir(d);
-  }
-  return n;
-}
 
 class CrashTest : public ::testing::TestWithParam<const char*> {};
 
@@ -95,7 +84,7 @@ TEST_P(CrashTest, OperationEndsDefinite) {
   ASSERT_TRUE(snaps->contains("snapshots")) << snaps->dump();
   const Json& list = (*snaps)["snapshots"];
   for (const auto& s : list) EXPECT_EQ(s.value("state", ""), "ready") << s.dump();
-  EXPECT_EQ(CountDir(d.data_dir() + "/storage/pool/snapshots"), list.size());
+  EXPECT_EQ(sys::CountDirEntries(d.data_dir() + "/storage/pool/snapshots"), list.size());
   // Forks: each child is usable or marked error; none is stuck creating.
   auto all = c.ListSandboxes();
   ASSERT_TRUE(all) << all.error().message;

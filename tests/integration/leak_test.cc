@@ -15,17 +15,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-size_t CountDir(const std::string& path) {
-  size_t n = 0;
-  if (DIR* d = ::opendir(path.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") ++n;
-    }
-    ::closedir(d);
-  }
-  return n;
-}
-
 // Pids whose cgroup path mentions any of `ids`.
 std::vector<std::string> ProcessesOf(const std::set<std::string>& ids) {
   std::vector<std::string> out;
@@ -57,8 +46,8 @@ TEST(LeakTest, TwoHundredSandboxesLeaveNothingBehind) {
   ASSERT_FALSE(warm.empty());
   ASSERT_TRUE(c.DeleteSandboxAndWait(warm, 60s));
   const std::string proc = "/proc/" + std::to_string(d.pid());
-  size_t fds0 = CountDir(proc + "/fd");
-  size_t threads0 = CountDir(proc + "/task");
+  size_t fds0 = sys::CountDirEntries(proc + "/fd");
+  size_t threads0 = sys::CountDirEntries(proc + "/task");
   size_t mounts0 = MountCount(d.data_dir());
 
   constexpr int kTotal = 200, kWorkers = 4;
@@ -116,11 +105,11 @@ TEST(LeakTest, TwoHundredSandboxesLeaveNothingBehind) {
     for (const auto& id : ids) ASSERT_FALSE(sys::Exists(parent + "/" + id)) << parent << "/" << id;
   }
   // No subvolumes, bundles, run dirs, runtime state or logs.
-  EXPECT_EQ(CountDir(d.data_dir() + "/storage/pool/roots"), 0u);
-  EXPECT_EQ(CountDir(d.data_dir() + "/runtime/oci/bundles"), 0u);
-  EXPECT_EQ(CountDir(d.data_dir() + "/runtime/oci/run"), 0u);
-  EXPECT_EQ(CountDir(d.data_dir() + "/runtime/oci/crun"), 0u);
-  EXPECT_EQ(CountDir(d.data_dir() + "/logs"), 0u);
+  EXPECT_EQ(sys::CountDirEntries(d.data_dir() + "/storage/pool/roots"), 0u);
+  EXPECT_EQ(sys::CountDirEntries(d.data_dir() + "/runtime/oci/bundles"), 0u);
+  EXPECT_EQ(sys::CountDirEntries(d.data_dir() + "/runtime/oci/run"), 0u);
+  EXPECT_EQ(sys::CountDirEntries(d.data_dir() + "/runtime/oci/crun"), 0u);
+  EXPECT_EQ(sys::CountDirEntries(d.data_dir() + "/logs"), 0u);
   auto subvols = sys::Run({.argv = {"btrfs", "subvolume", "list", d.data_dir() + "/storage/pool"}});
   ASSERT_TRUE(subvols && subvols->exit_code == 0);
   EXPECT_EQ(subvols->out.find("roots/"), std::string::npos) << subvols->out;
@@ -130,8 +119,8 @@ TEST(LeakTest, TwoHundredSandboxesLeaveNothingBehind) {
   // Give in-flight teardown (connections closing, agent readers exiting) a moment.
   size_t fds1 = 0, threads1 = 0;
   for (int i = 0; i < 50; ++i) {
-    fds1 = CountDir(proc + "/fd");
-    threads1 = CountDir(proc + "/task");
+    fds1 = sys::CountDirEntries(proc + "/fd");
+    threads1 = sys::CountDirEntries(proc + "/task");
     if (fds1 <= fds0 + 2 && threads1 <= threads0 + 2) break;
     std::this_thread::sleep_for(100ms);
   }

@@ -157,6 +157,9 @@ TEST_F(SnapshotTest, BadRequestsAreRefusedCleanly) {
     EXPECT_EQ(racing.error().code, Errc::kConflict);
   }
   ASSERT_TRUE(c().WaitOperation((*wake)["operation"]["id"].get<std::string>(), 60s));
+  // A wake that was over before the snapshot request came lets the snapshot run: wait for
+  // it too, or the delete below would meet it.
+  if (racing) ASSERT_TRUE(c().WaitOperation((*racing)["operation"]["id"].get<std::string>(), 60s));
   ASSERT_TRUE(c().DeleteSandboxAndWait(id, 60s));
   // Deleted sandbox: snapshot is not found.
   auto after = c().Call("POST", "/v1/sandboxes/" + id + "/snapshots");
