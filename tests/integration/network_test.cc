@@ -452,6 +452,34 @@ TEST_F(NetworkTest, HygieneAfterDeleteAndCrash) {
   EXPECT_NE(code, 0) << "the table outlived the last networked sandbox";
 }
 
+TEST_F(NetworkTest, TemplateBuildRunStepsReachTheInternet) {
+  const std::string spec = "FROM base\nRUN wget -q -O /got http://api.example.test/build-step\n";
+  auto r = c().Request("POST", "/v1/templates?wait=120s",
+                       Json{{"name", "netbuild"}, {"tag", "v1"}, {"spec", spec}, {"network", true}}.dump(),
+                       "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_LT(r->status, 300) << r->body;
+  auto op = ParseJson(r->body);
+  ASSERT_TRUE(op);
+  EXPECT_EQ((*op)["operation"]["state"], "succeeded") << r->body;
+  std::string id = CreateSandbox(c(), {{"template", "netbuild:v1"}});
+  ASSERT_FALSE(id.empty());
+  auto got = c().ReadFile(id, "/got");
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_NE(got->find("GET /build-step"), std::string::npos) << *got;
+  Delete(id);
+  // Without network the same step fails: RUN has loopback only.
+  r = c().Request("POST", "/v1/templates?wait=120s",
+                  Json{{"name", "netbuild"}, {"tag", "v2"},
+                       {"spec", "FROM base\nRUN wget -q -O /got http://203.0.113.10/nonet\n"}}.dump(),
+                  "application/json");
+  ASSERT_TRUE(r);
+  auto op2 = ParseJson(r->body);
+  EXPECT_GE(r->status, 400) << r->body;
+  EXPECT_TRUE(op2 && op2->contains("operation") && (*op2)["operation"]["state"] == "failed") << r->body;
+  EXPECT_FALSE(sys::Exists("/run/netns") && Sh("ls /run/netns | grep -c 'space-" + tag() + "-bld' || true") != "0\n");
+}
+
 TEST_F(NetworkTest, BadInput) {
   for (const Json& n : {Json{{"mode", "wifi"}}, Json{{"allow_out", {"1.2.3.4/99"}}},
                         Json{{"deny_out", {"example.com"}}}, Json("internet"),
