@@ -30,6 +30,11 @@ cleanup() {
       nsenter --mount="$DIR/data/runtime/oci/ns/mnt" crun --root "$DIR/data/runtime/oci/crun" delete -f "$id" 2>/dev/null || true
     done
   fi
+  # What a killed spaced leaves of its network (a restart would remove it).
+  if [ -n "${TAG:-}" ]; then
+    for n in $(ip netns list | awk '{print $1}' | grep "^space-$TAG-"); do ip netns del "$n" 2>/dev/null || true; done
+    nft delete table inet "space_$TAG" 2>/dev/null || true
+  fi
   ip route del 203.0.113.0/24 via 198.51.100.2 2>/dev/null || true
   ip link del "$HIF" 2>/dev/null || true
   ip netns del "$NS" 2>/dev/null || true

@@ -28,7 +28,6 @@ constexpr int kPeekTimeoutMs = 5000;
 constexpr int kConnectTimeoutMs = 10000;
 constexpr int kMaxFlowsPerSandbox = 512;
 constexpr int kMaxFlows = 8192;
-constexpr size_t kRelayBuffer = 256 * 1024;
 
 struct Fd {
   int fd = -1;
@@ -118,32 +117,50 @@ void SendBadGateway(int fd, const std::string& reason) {
   (void)SendAll(fd, resp);
 }
 
-// Copies bytes both ways until both directions are closed (or the flow is cut).
-void Relay(Flow& f, uint64_t* out, uint64_t* in) {
-  std::string buf(kRelayBuffer, '\0');
-  bool c_open = true, u_open = true;  // reading sides still open
-  while ((c_open || u_open) && !f.cut.load()) {
-    pollfd p[2] = {{f.client_fd, static_cast<short>(c_open ? POLLIN : 0), 0},
-                   {f.upstream_fd, static_cast<short>(u_open ? POLLIN : 0), 0}};
-    int r = ::poll(p, 2, 1000);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return;
-    for (int i = 0; i < 2; ++i) {
-      if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      int from = i == 0 ? f.client_fd : f.upstream_fd;
-      int to = i == 0 ? f.upstream_fd : f.client_fd;
-      ssize_t n = ::recv(from, buf.data(), buf.size(), 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        if (n < 0) return;  // reset: end both ways
-        (i == 0 ? c_open : u_open) = false;
-        ::shutdown(to, SHUT_WR);
-        continue;
+// Moves bytes from one socket to the other through a pipe with splice(2) (no copy through
+// user space) until `from` ends; then half-closes `to`. A failure ends the flow both ways.
+uint64_t Pump(int from, int to, int other_from) {
+  uint64_t total = 0;
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return 0;
+  (void)::fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+  bool failed = false;
+  for (;;) {
+    ssize_t n = ::splice(from, nullptr, p[1], nullptr, 1 << 20, SPLICE_F_MOVE);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) failed = true;
+    if (n <= 0) break;
+    ssize_t left = n;
+    while (left > 0) {
+      ssize_t m = ::splice(p[0], nullptr, to, nullptr, static_cast<size_t>(left), SPLICE_F_MOVE);
+      if (m < 0 && errno == EINTR) continue;
+      if (m <= 0) {
+        failed = true;
+        break;
       }
-      if (!SendAll(to, std::string_view(buf.data(), static_cast<size_t>(n)))) return;
-      (i == 0 ? *out : *in) += static_cast<uint64_t>(n);
+      left -= m;
     }
+    if (failed) break;
+    total += static_cast<uint64_t>(n);
   }
+  ::close(p[0]);
+  ::close(p[1]);
+  if (failed) {
+    ::shutdown(from, SHUT_RDWR);
+    ::shutdown(to, SHUT_RDWR);
+    ::shutdown(other_from, SHUT_RDWR);
+  } else {
+    ::shutdown(to, SHUT_WR);
+  }
+  return total;
+}
+
+// Copies bytes both ways until both directions are closed (or the flow is cut: Recheck
+// shuts the sockets down, which ends both splices).
+void Relay(Flow& f, uint64_t* out, uint64_t* in) {
+  std::thread down([&] { *in = Pump(f.upstream_fd, f.client_fd, f.client_fd); });
+  *out += Pump(f.client_fd, f.upstream_fd, f.upstream_fd);
+  down.join();
 }
 
 }  // namespace
@@ -362,7 +379,11 @@ void Proxy::Serve(Kind kind, int client_fd) {
     ok = SendAll(up.fd, forward_head);
     out += forward_head.size();
   }
-  if (ok) Relay(f, &out, &in);
+  if (ok) {
+    uint64_t up_bytes = 0;
+    Relay(f, &up_bytes, &in);
+    out += up_bytes;
+  }
   {
     std::lock_guard l(sb->mu);
     sb->flows.erase(&f);

@@ -81,6 +81,8 @@ def serve_http(conn, listen, tls_name=None):
                                 "headers": headers, "body": body.decode("latin-1")}).encode()
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                          b"Content-Length: %d\r\n\r\n" % len(reply) + reply)
+            if headers.get("connection", "").lower() == "close":
+                return
     except (OSError, ssl.SSLError, ValueError):
         return
     finally:
