@@ -18,7 +18,8 @@ namespace {
 constexpr long kDay = 24 * 3600;
 constexpr long kCaValidity = 10 * 365 * kDay;
 constexpr long kLeafValidity = 7 * kDay;
-constexpr long kBackdate = kDay;  // a guest clock a little behind still accepts the certs
+constexpr long kBackdate = kDay;
+constexpr size_t kMaxCachedLeaves = 256;  // a guest clock a little behind still accepts the certs
 
 struct BioFree { void operator()(BIO* p) const { BIO_free(p); } };
 using BioPtr = std::unique_ptr<BIO, BioFree>;
@@ -358,6 +359,12 @@ Result<std::shared_ptr<const Leaf>> SandboxCa::Impl::GetLeaf(std::string_view ho
   leaf->pem = CertPem(c);
   std::shared_ptr<const Leaf> out = leaf;
   std::lock_guard lock(mu);
+  // Bounded: a CA without name constraints could be asked for any number of names. Drop the
+  // expiring entries first, then (a flood) everything; leaves in use are shared_ptrs.
+  if (leaves.size() >= kMaxCachedLeaves) {
+    std::erase_if(leaves, [&](const auto& kv) { return kv.second->not_after - now <= kDay; });
+    if (leaves.size() >= kMaxCachedLeaves) leaves.clear();
+  }
   leaves[host] = out;
   return out;
 }

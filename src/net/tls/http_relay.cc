@@ -62,6 +62,66 @@ size_t PutInto(http::basic_parser<isRequest>& p, std::string_view data, std::str
   return n;
 }
 
+// Standard base64 (RFC 4648 section 4) with padding; nullopt when s is not canonical.
+std::optional<std::string> Base64Decode(std::string_view s) {
+  if (s.size() % 4 != 0) return std::nullopt;
+  auto val = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::string out;
+  for (size_t i = 0; i < s.size(); i += 4) {
+    int v[4];
+    int pad = 0;
+    for (int j = 0; j < 4; ++j) {
+      char c = s[i + j];
+      if (c == '=' && i + 4 == s.size() && j >= 2) {
+        v[j] = 0;
+        ++pad;
+      } else if (pad > 0 || (v[j] = val(c)) < 0) {
+        return std::nullopt;
+      }
+    }
+    uint32_t n = (v[0] << 18) | (v[1] << 12) | (v[2] << 6) | v[3];
+    out += static_cast<char>(n >> 16);
+    if (pad < 2) out += static_cast<char>((n >> 8) & 0xff);
+    if (pad < 1) out += static_cast<char>(n & 0xff);
+  }
+  return out;
+}
+
+std::string Base64Encode(std::string_view s) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < s.size(); i += 3) {
+    uint32_t n = static_cast<unsigned char>(s[i]) << 16;
+    if (i + 1 < s.size()) n |= static_cast<unsigned char>(s[i + 1]) << 8;
+    if (i + 2 < s.size()) n |= static_cast<unsigned char>(s[i + 2]);
+    out += kAlphabet[(n >> 18) & 63];
+    out += kAlphabet[(n >> 12) & 63];
+    out += i + 1 < s.size() ? kAlphabet[(n >> 6) & 63] : '=';
+    out += i + 2 < s.size() ? kAlphabet[n & 63] : '=';
+  }
+  return out;
+}
+
+// "Basic <base64(user:password)>" (Authorization, Proxy-Authorization): the placeholder sits
+// inside the base64 (git, pip and curl -u send credentials this way), so decode, substitute
+// and re-encode. Other values are left to the plain substitution.
+uint32_t ApplyBasic(std::string& value, const Substitutions& subs) {
+  std::string_view v = Trim(value);
+  if (v.size() < 6 || !IEquals(v.substr(0, 6), "basic ")) return 0;
+  auto decoded = Base64Decode(Trim(v.substr(6)));
+  if (!decoded) return 0;
+  uint32_t n = subs.Apply(*decoded);
+  if (n > 0) value = "Basic " + Base64Encode(*decoded);
+  return n;
+}
+
 // Boost 1.74's basic_parser compares `len_ > body_limit_` against the optional itself, so
 // boost::none ("no limit") rejects every Content-Length body; the largest value means the same.
 constexpr std::uint64_t kNoLimit = std::numeric_limits<std::uint64_t>::max();
@@ -144,6 +204,8 @@ std::string SerializeRequestHead(const RequestHead& head, const Substitutions& s
     if (new_content_length && IEquals(name, "content-length")) {
       v = std::to_string(*new_content_length);
     } else {
+      if (IEquals(name, "authorization") || IEquals(name, "proxy-authorization"))
+        *count += ApplyBasic(v, subs);
       *count += subs.Apply(v);
     }
     out += name;

@@ -87,7 +87,8 @@ struct RequestHead {
 // application/javascript, application/x-ndjson).
 bool BodyIsRewritable(const RequestHead& head, size_t max_body);
 
-// Serialises head for the upstream: placeholders substituted in every field value; the
+// Serialises head for the upstream: placeholders substituted in every field value (inside the
+// base64 of "Authorization: Basic" / "Proxy-Authorization: Basic" too); the
 // Expect header dropped (RunMitm answers 100-continue itself); Content-Length replaced by
 // new_content_length when given. Returns the substitution count through *count.
 std::string SerializeRequestHead(const RequestHead& head, const Substitutions& subs,

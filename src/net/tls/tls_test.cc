@@ -462,6 +462,36 @@ TEST_F(TlsTest, LeafCachedPerHostAndVerifiesWithOpensslCli) {
   EXPECT_EQ(ca_->cached_leaf_count(), 3u);
 }
 
+TEST_F(TlsTest, LeafCacheIsBounded) {
+  auto open = SandboxCa::Generate("no-constraints", {});
+  ASSERT_TRUE(open);
+  for (int i = 0; i < 300; ++i)
+    ASSERT_TRUE((*open)->LeafPem("h" + std::to_string(i) + ".example.test"));
+  EXPECT_LE((*open)->cached_leaf_count(), 256u);
+  EXPECT_GE((*open)->cached_leaf_count(), 1u);
+}
+
+TEST(SubstitutionTest, BasicAuthInsideBase64) {
+  Substitutions subs;
+  subs.pairs = {{"space_secret_A_0123", "s3cr3t"}};
+  RequestHead head;
+  head.method = "GET";
+  head.target = "/";
+  // base64("u:space_secret_A_0123") and base64("u:space_secret_B_9999") (another host's).
+  std::string mine = Shell("printf %s 'u:space_secret_A_0123' | base64 -w0");
+  std::string other = Shell("printf %s 'u:space_secret_B_9999' | base64 -w0");
+  head.fields = {{"Authorization", "Basic " + mine},
+                 {"Proxy-Authorization", "basic " + other},
+                 {"X-Not-Auth", "Basic " + mine}};
+  uint32_t n = 0;
+  std::string out = SerializeRequestHead(head, subs, std::nullopt, &n);
+  EXPECT_EQ(n, 1u);
+  EXPECT_NE(out.find("Authorization: Basic " + Shell("printf %s 'u:s3cr3t' | base64 -w0") + "\r\n"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("Proxy-Authorization: basic " + other + "\r\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("X-Not-Auth: Basic " + mine + "\r\n"), std::string::npos) << out;
+}
+
 TEST_F(TlsTest, LoadRejectsBadPem) {
   auto other = SandboxCa::Generate("other", {});
   ASSERT_TRUE(other);
@@ -825,6 +855,15 @@ TEST_F(RealClientsTest, CurlWithCacertAndResolve) {
   EXPECT_EQ(st, 0) << out;
   EXPECT_NE(out.find("Authorization: Bearer real-api-key-123"), std::string::npos) << out;
   EXPECT_NE(out.find("{\"token\":\"real-api-key-123\"}"), std::string::npos) << out;
+  // Basic auth (git, pip, curl -u): the placeholder inside the base64 is swapped too.
+  out = Shell("curl -sS --max-time 20 --cacert " + bundle_file_ + " --resolve api.example.test:" +
+                  p + ":127.0.0.1 -u 'x-access-token:" + api_.placeholder +
+                  "' https://api.example.test:" + p + "/basic 2>&1",
+              &st);
+  EXPECT_EQ(st, 0) << out;
+  std::string want = Shell("printf %s 'x-access-token:real-api-key-123' | base64 -w0");
+  ASSERT_FALSE(want.empty());
+  EXPECT_NE(out.find("Authorization: Basic " + want + "\r\n"), std::string::npos) << out;
   // No flags at all: CURL_CA_BUNDLE from the sandbox environment.
   out = Shell(Env() + "curl -sS --max-time 20 --resolve api.example.test:" + p +
                 ":127.0.0.1 https://api.example.test:" + p + "/env 2>&1",
