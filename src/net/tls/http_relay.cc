@@ -51,12 +51,24 @@ std::string HostOf(std::string_view authority) {
   return Lower(authority);
 }
 
+// Beast's header_limit bounds only the unparsed rest of a head: it consumes the start line and
+// each complete field as they arrive, so a peer trickling fields could grow a head without end.
+// *head_bytes counts what was consumed before the head completed, against max_head.
 template <bool isRequest>
-size_t PutInto(http::basic_parser<isRequest>& p, std::string_view data, std::string* error) {
+size_t PutInto(http::basic_parser<isRequest>& p, std::string_view data, std::string* error,
+               size_t* head_bytes, size_t max_head) {
   error->clear();
   if (p.is_done() || data.empty()) return 0;
+  bool head_was_done = p.is_header_done();
   boost::system::error_code ec;
   size_t n = p.put(boost::asio::const_buffer(data.data(), data.size()), ec);
+  if (!head_was_done) {  // eager is off: a put that completes the head stops right after it
+    *head_bytes += n;
+    if (*head_bytes > max_head) {
+      *error = "header limit exceeded";
+      return n;
+    }
+  }
   if (ec == http::error::need_more) return n;
   if (ec) *error = ec.message();
   return n;
@@ -241,6 +253,7 @@ bool AuthorityMatches(const RequestHead& head, std::string_view host) {
 
 struct RequestParser::Impl : http::basic_parser<true> {
   RequestHead head;
+  size_t head_bytes = 0, max_head = 0;
 
   void on_request_impl(http::verb, bsv method, bsv target, int version,
                        boost::system::error_code&) override {
@@ -270,13 +283,14 @@ struct RequestParser::Impl : http::basic_parser<true> {
 };
 
 RequestParser::RequestParser(size_t max_head_bytes) : impl_(std::make_unique<Impl>()) {
+  impl_->max_head = max_head_bytes;
   impl_->header_limit(static_cast<std::uint32_t>(max_head_bytes));
   impl_->body_limit(kNoLimit);  // bodies stream through; only rewritten ones are buffered
   impl_->eager(false);             // stop after the head so the caller can decide
 }
 RequestParser::~RequestParser() = default;
 size_t RequestParser::Put(std::string_view data, std::string* error) {
-  return PutInto(*impl_, data, error);
+  return PutInto(*impl_, data, error, &impl_->head_bytes, impl_->max_head);
 }
 bool RequestParser::head_done() const { return impl_->is_header_done(); }
 bool RequestParser::done() const { return impl_->is_done(); }
@@ -284,6 +298,7 @@ const RequestHead& RequestParser::head() const { return impl_->head; }
 
 struct ResponseParser::Impl : http::basic_parser<false> {
   int status = 0;
+  size_t head_bytes = 0, max_head = 0;
   void on_request_impl(http::verb, bsv, bsv, int, boost::system::error_code&) override {}
   void on_response_impl(int code, bsv, int, boost::system::error_code&) override { status = code; }
   void on_field_impl(http::field, bsv, bsv, boost::system::error_code&) override {}
@@ -300,14 +315,15 @@ struct ResponseParser::Impl : http::basic_parser<false> {
 
 ResponseParser::ResponseParser(size_t max_head_bytes, bool head_request)
     : impl_(std::make_unique<Impl>()) {
+  impl_->max_head = max_head_bytes;
   impl_->header_limit(static_cast<std::uint32_t>(max_head_bytes));
   impl_->body_limit(kNoLimit);  // responses stream, whatever their size
-  impl_->eager(true);
+  impl_->eager(false);          // stop after the head, so head_bytes counts the head alone
   impl_->skip(head_request);  // a response to HEAD has no body whatever it says
 }
 ResponseParser::~ResponseParser() = default;
 size_t ResponseParser::Put(std::string_view data, std::string* error) {
-  return PutInto(*impl_, data, error);
+  return PutInto(*impl_, data, error, &impl_->head_bytes, impl_->max_head);
 }
 void ResponseParser::PutEof(std::string* error) {
   error->clear();

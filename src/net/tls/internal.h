@@ -105,8 +105,9 @@ class RequestParser {
   explicit RequestParser(size_t max_head_bytes);
   ~RequestParser();
   // Feeds bytes; returns how many were consumed (0 = need more). Sets *error on a malformed
-  // message ("" otherwise). Before the head is complete nothing is consumed until the whole
-  // head is present; after it, body bytes are consumed as they come.
+  // message or a head over max_head_bytes ("" otherwise). The start line and complete fields
+  // may be consumed before the head is complete (the parser keeps them); body bytes are
+  // consumed as they come. With eager off it stops right after the head.
   size_t Put(std::string_view data, std::string* error);
   bool head_done() const;
   bool done() const;
