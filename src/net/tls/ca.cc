@@ -250,6 +250,11 @@ bool SecretAppliesTo(const Secret& secret, std::string_view host_any_case) {
   return false;
 }
 
+bool AnySecretAppliesTo(const std::vector<Secret>& secrets, std::string_view host) {
+  return std::any_of(secrets.begin(), secrets.end(),
+                     [&](const Secret& s) { return SecretAppliesTo(s, host); });
+}
+
 // ---- SandboxCa ----------------------------------------------------------------------------
 
 SandboxCa::SandboxCa(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -219,7 +219,9 @@ class Session {
     std::string error;
     int64_t deadline = Deadline(std::chrono::milliseconds(2000));
     while (!parser.head_done() && error.empty() && pending_.size() <= opts_.max_head_bytes) {
-      if (parser.Put(pending_, &error) > 0 || !error.empty()) break;
+      size_t n = parser.Put(pending_, &error);
+      pending_.erase(0, n);
+      if (n > 0) continue;
       if (client_->Read(&pending_, deadline) != Io::kOk) break;
     }
     Refuse(502, "Bad Gateway", "upstream " + opts_.host + ": " + why, "upstream " + why);

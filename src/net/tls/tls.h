@@ -56,6 +56,10 @@ Status ValidateSecret(Secret& secret);
 // or "*.example.com" matching any name ending in ".example.com" (not "example.com" itself).
 bool SecretAppliesTo(const Secret& secret, std::string_view host);
 
+// The proxy's one decision: intercept (RunMitm) when any secret applies to the SNI host,
+// splice otherwise.
+bool AnySecretAppliesTo(const std::vector<Secret>& secrets, std::string_view host);
+
 // ---- Per-sandbox CA -----------------------------------------------------------------------
 
 class SandboxCa {

@@ -390,6 +390,10 @@ TEST(SecretTest, ParseSpecAndValidation) {
       EXPECT_EQ(r.error().code, Errc::kInvalidArgument);
     }
   }
+  std::vector<Secret> all = {*s};
+  EXPECT_TRUE(AnySecretAppliesTo(all, "Api.Example.Com"));
+  EXPECT_FALSE(AnySecretAppliesTo(all, "other.example.com"));
+  EXPECT_FALSE(AnySecretAppliesTo({}, "api.example.com"));
   Secret crlf{"X", "a\r\nInjected: 1", {"h.test"}, ""};
   EXPECT_FALSE(ValidateSecret(crlf));
 }
@@ -803,6 +807,24 @@ TEST_F(TlsTest, ClientHelloLeftInSocketAfterPeek) {
   mitm.join();
   close(lfd);
   EXPECT_TRUE(StartsWith(resp, "HTTP/1.1 200 OK")) << resp;
+}
+
+TEST_F(TlsTest, PlainHttpIsNeverRelayed) {
+  // Only TLS is ever terminated: plain HTTP with a placeholder gets no substitution, and
+  // nothing reaches the upstream.
+  Upstream up(Srv(), SrvKey(), Echo);
+  Proxy proxy(*ca_, up.port, Opts());
+  int fd = Dial(proxy.port);
+  std::string req = "GET / HTTP/1.1\r\nHost: api.example.test\r\nA: " + api_.placeholder +
+                    "\r\n\r\n";
+  ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  MitmResult r = proxy.Result();
+  close(fd);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.outcome.find("sandbox TLS handshake failed"), std::string::npos) << r.outcome;
+  EXPECT_EQ(r.bytes_up, 0u);
+  EXPECT_EQ(up.handshakes, 0);
+  EXPECT_EQ(up.Received(), "");
 }
 
 TEST_F(TlsTest, ReloadedCaMintsLeavesTheClientStillTrusts) {
