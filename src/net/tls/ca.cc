@@ -336,8 +336,8 @@ Result<std::shared_ptr<const Leaf>> SandboxCa::Impl::GetLeaf(std::string_view ho
     auto it = leaves.find(host);
     if (it != leaves.end() && it->second->not_after - now > kDay) return it->second;
   }
-  // Minting takes ~0.5 ms (docs/networking-secrets.md, Figures); two threads racing for a new host both mint and the last one wins,
-  // which is harmless (both leaves are valid).
+  // Minting takes ~0.5 ms (docs/networking-secrets.md, Figures); two threads racing for a new
+  // host both mint and the last one wins, which is harmless (both leaves are valid).
   auto leaf = std::make_shared<Leaf>();
   leaf->key = NewP256Key();
   leaf->cert.reset(X509_new());

@@ -1,6 +1,8 @@
 // RunMitm: one intercepted connection (TLS both ways, HTTP/1.1 relay with substitution) and
 // UpstreamTrust (the verified client side towards real hosts).
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/x509_vfy.h>
 #include <poll.h>
@@ -118,8 +120,14 @@ std::string Response(int code, std::string_view reason, std::string_view text) {
          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
 }
 
+// Non-blocking (every wait is a poll with a deadline) and TCP_NODELAY: the relay writes whole
+// messages or stream pieces as they come, and Nagle would hold the second small write of a
+// request or response for the peer's delayed ACK (~40 ms). Not a TCP socket: NODELAY fails,
+// which is fine (the tests and a future vsock path).
 bool SetNonBlocking(int fd) {
   int flags = fcntl(fd, F_GETFL);
+  int one = 1;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return flags >= 0 && fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
 }
 
@@ -349,48 +357,55 @@ class Session {
     return RelayResponse(head.method == "HEAD", head.keep_alive);
   }
 
+  // Relays one response unchanged. Everything the parser consumed from one upstream read goes
+  // to the sandbox in one write (head and body of a small response share a TLS record, so no
+  // Nagle / delayed-ACK stall); the rest streams as it arrives.
   bool RelayResponse(bool head_request, bool request_keep_alive) {
-    std::string buf, error;
-    bool forwarded = false;
+    std::string buf, out, error;
+    bool forwarded = false;  // some bytes were written to the sandbox: too late for a 502
+    auto flush = [&]() {
+      if (out.empty()) return true;
+      if (client_->Write(out, Idle()) != Io::kOk) {
+        End(false, "sandbox write: " + client_->error());
+        return false;
+      }
+      forwarded = true;
+      out.clear();
+      return true;
+    };
+    // An upstream failure: a 502 while the sandbox has seen nothing, else cut the response.
+    auto fail = [&](const std::string& text, const std::string& outcome) {
+      if (!forwarded) {
+        Refuse(502, "Bad Gateway", text, outcome);
+      } else if (flush()) {
+        End(false, outcome);
+      }
+      return false;
+    };
     auto parser = std::make_unique<ResponseParser>(opts_.max_head_bytes, head_request);
     while (true) {
       size_t n = parser->Put(buf, &error);
-      if (!error.empty()) {
-        if (!forwarded)
-          Refuse(502, "Bad Gateway", "upstream sent an invalid response: " + error,
-                 "upstream invalid response: " + error);
-        else
-          End(false, "upstream invalid response: " + error);
-        return false;
-      }
-      if (n > 0) {
-        if (client_->Write(std::string_view(buf).substr(0, n), Idle()) != Io::kOk) {
-          End(false, "sandbox write: " + client_->error());
-          return false;
-        }
-        forwarded = true;
-        buf.erase(0, n);
-      }
+      if (!error.empty())
+        return fail("upstream sent an invalid response: " + error,
+                    "upstream invalid response: " + error);
+      out.append(buf, 0, n);
+      buf.erase(0, n);
       if (parser->done()) {
         int status = parser->status();
         if (status >= 100 && status < 200) {  // interim (100, 103): the final one follows
           parser = std::make_unique<ResponseParser>(opts_.max_head_bytes, head_request);
           continue;
         }
+        if (!flush()) return false;
         // Bytes after a complete response that nobody asked for: do not keep the connection.
         bool keep = request_keep_alive && parser->keep_alive() && buf.empty();
         if (!keep) End(true, Summary());
         return keep;
       }
       if (n > 0) continue;
-      if (buf.size() > opts_.max_head_bytes) {
-        if (!forwarded)
-          Refuse(502, "Bad Gateway", "upstream response head too large",
-                 "upstream response head too large");
-        else
-          End(false, "upstream framing too large");
-        return false;
-      }
+      if (buf.size() > opts_.max_head_bytes)
+        return fail("upstream response head too large", "upstream response head too large");
+      if (!flush()) return false;
       Io r = upstream_->Read(&buf, Idle());
       if (r == Io::kOk) continue;
       if (r == Io::kEof && parser->head_done() && parser->NeedsEof()) {
@@ -400,11 +415,7 @@ class Session {
       }
       std::string why = r == Io::kEof ? "closed before the response ended"
                                       : upstream_->error();
-      if (!forwarded)
-        Refuse(502, "Bad Gateway", "upstream " + opts_.host + ": " + why, "upstream: " + why);
-      else
-        End(false, "upstream: " + why);
-      return false;
+      return fail("upstream " + opts_.host + ": " + why, "upstream: " + why);
     }
   }
 

@@ -593,6 +593,40 @@ TEST_F(TlsTest, KeepAliveRequestsRelayedOneByOne) {
   EXPECT_EQ(up.handshakes, 1);  // one upstream connection for both
 }
 
+TEST_F(TlsTest, KeepAliveRoundTripsAreNotStalled) {
+  // 100 request/response round trips on one connection, each waiting for its response. When
+  // the relay wrote a response head and body as two segments, Nagle held the body for the
+  // client's delayed ACK: ~40 ms a round trip (8.8 s for 200 curl requests; now 0.1 s).
+  Upstream up(Srv(), SrvKey(), Echo);
+  Proxy proxy(*ca_, up.port, Opts());
+  SslCtxPtr ctx(SSL_CTX_new(TLS_client_method()));
+  int fd = Dial(proxy.port);
+  SslPtr ssl(SSL_new(ctx.get()));
+  SSL_set_tlsext_host_name(ssl.get(), "api.example.test");
+  SSL_set_fd(ssl.get(), fd);
+  ASSERT_EQ(SSL_connect(ssl.get()), 1);
+  int64_t t0 = MonotonicNanos();
+  std::string req = "GET /rt HTTP/1.1\r\nHost: api.example.test\r\n\r\n";
+  std::string got;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(SSL_write(ssl.get(), req.data(), static_cast<int>(req.size())),
+              static_cast<int>(req.size()));
+    std::string resp;
+    char buf[4096];
+    size_t n;
+    // Echo's response: a head with Content-Length, then exactly the request.
+    while (resp.find("\r\n\r\n") == std::string::npos ||
+           resp.size() < resp.find("\r\n\r\n") + 4 + req.size()) {
+      ASSERT_EQ(SSL_read_ex(ssl.get(), buf, sizeof(buf), &n), 1) << i;
+      resp.append(buf, n);
+    }
+  }
+  int64_t ms = (MonotonicNanos() - t0) / 1'000'000;
+  close(fd);
+  EXPECT_LT(ms, 2000) << "100 round trips took " << ms << " ms";
+  EXPECT_EQ(up.Requests().size(), 100u);
+}
+
 TEST_F(TlsTest, UntrustedUpstreamGets502AndNoBytes) {
   Upstream up(Srv("bad"), SrvKey("bad"), Echo);
   Proxy proxy(*ca_, up.port, Opts());
