@@ -459,6 +459,36 @@ def e2b_multipart_seeds():
     write(t, "no_boundary", SEED + b"multipart/form-data\n--x\r\n")
 
 
+def mitm_http_seeds():
+    t = "mitm_http"
+    seed = struct.pack("<I", 0x9e3779b9)
+    ph = b"space_secret_K_00112233445566778899aabbccddeeff"
+    basic = base64.b64encode(b"x-access-token:" + ph)
+    write(t, "get_keepalive", seed + b"GET /v1/models HTTP/1.1\r\nHost: api.example.test\r\n"
+          b"Authorization: Bearer " + ph + b"\r\n\r\nGET /2 HTTP/1.1\r\nHost: api.example.test\r\n"
+          b"Connection: close\r\n\r\n")
+    body = b'{"key":"' + ph + b'"}'
+    write(t, "post_json", seed + b"POST /v1/chat HTTP/1.1\r\nHost: api.example.test\r\n"
+          b"Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: " +
+          str(len(body)).encode() + b"\r\n\r\n" + body)
+    write(t, "post_chunked", seed + b"POST /up HTTP/1.1\r\nHost: api.example.test:443\r\n"
+          b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n3;ext=1\r\n" + ph[:3] +
+          b"\r\n0\r\nTrailer: x\r\n\r\n")
+    write(t, "basic_auth", seed + b"GET /repo.git/info/refs HTTP/1.1\r\nHost: github.example.test\r\n"
+          b"Authorization: Basic " + basic + b"\r\n\r\n")
+    write(t, "absolute_form", seed + b"GET https://evil.test/x HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+    write(t, "websocket", seed + b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\n"
+          b"Upgrade: websocket\r\n\r\n")
+    write(t, "dup_length", seed + b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\nhello")
+    write(t, "huge_length", seed + b"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n")
+    write(t, "http10", seed + b"GET / HTTP/1.0\r\nX: " + ph + ph + b"\r\n\r\n")
+    write(t, "garbage", seed + b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 garbage\r\n\r\n")
+    write(t, "response_chunked", seed + b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+          b"6\r\npiece1\r\n0\r\n\r\n")
+    write(t, "response_interim", struct.pack("<I", 7) + b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n")
+    write(t, "response_eof", seed + b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil close")
+
+
 if __name__ == "__main__":
     agent_seeds()
     template_seeds()
@@ -470,3 +500,4 @@ if __name__ == "__main__":
     http_target_seeds()
     e2b_connect_seeds()
     e2b_multipart_seeds()
+    mitm_http_seeds()
