@@ -15,6 +15,7 @@ from space_sandbox import (
     CommandExitException,
     ConflictException,
     FileType,
+    InvalidArgumentException,
     NotFoundException,
     RateLimitException,
     Sandbox,
@@ -40,6 +41,22 @@ def test_create_info_and_envs(sb):
     assert 500 < left <= 601, info.end_at
     assert sb.is_running()
     assert sb.commands.run('echo "$GREETING"').stdout == "hello from envs\n"
+
+
+def test_create_passes_runtime_and_network_through(make_sandbox):
+    box = make_sandbox(metadata={"role": "net"}, runtime="oci", network=False)
+    info = box.get_info()
+    assert info.runtime == "oci"
+    # (spaced reports no network as false; with network rules, as mode "none".)
+    assert info.network is False or info.network.get("mode") == "none", info.network
+    # Whatever the caller gives is sent as it is: spaced judges it (neither a bool nor a
+    # rules object here), and nothing is created.
+    before = {s.id for s in Sandbox.list(metadata={"suite": RUN})}
+    with pytest.raises(InvalidArgumentException):
+        Sandbox.create(network="bogus", metadata={"suite": RUN})
+    with pytest.raises(InvalidArgumentException):
+        Sandbox.create(runtime="no-such-runtime", metadata={"suite": RUN})
+    assert {s.id for s in Sandbox.list(metadata={"suite": RUN})} == before
 
 
 def test_set_timeout_moves_the_end(sb):
