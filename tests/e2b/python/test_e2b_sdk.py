@@ -1,6 +1,9 @@
 """The unmodified E2B Python SDK against spaced: the coverage of tests/e2b/e2b.test.mjs
 (the JS SDK suite), through the Python SDK's own API."""
 
+import base64
+import io
+import json
 import os
 import struct
 from datetime import datetime, timezone
@@ -141,7 +144,6 @@ def test_files_write_and_read_text_bytes_several_octet_stream(sbx):
     big = bytes((i * 31 + (i >> 12)) % 251 for i in range(5 * 1024 * 1024 + 123))
     sbx.files.write("/tmp/e2b/big.dat", big)
     sbx.files.write("/tmp/e2b/big2.dat", big, use_octet_stream=True)
-    import io
     sbx.files.write("/tmp/e2b/big3.dat", io.BytesIO(big))
     for p in ("/tmp/e2b/big.dat", "/tmp/e2b/big2.dat", "/tmp/e2b/big3.dat"):
         assert bytes(sbx.files.read(p, format="bytes")) == big, p
@@ -321,9 +323,18 @@ def test_malformed_connect_envelopes_end_with_invalid_argument(live):
         assert res.headers["content-type"] == "application/connect+json"
         buf = res.content
         assert buf[0] == 2, "an end-stream envelope"
-        import json
         end = json.loads(buf[5:5 + struct.unpack(">I", buf[1:5])[0]])
         assert end["error"]["code"] == "invalid_argument", end
+    # The well-formed one works: start, the output, and an empty end-stream message.
+    buf = envd(live, "/process.Process/Start", frame(0, good), "application/connect+json").content
+    msgs, o = [], 0
+    while o < len(buf):
+        n = struct.unpack(">I", buf[o + 1:o + 5])[0]
+        msgs.append((buf[o], json.loads(buf[o + 5:o + 5 + n])))
+        o += 5 + n
+    assert msgs[0][1]["event"]["start"]["pid"] > 0
+    assert base64.b64decode(msgs[1][1]["event"]["data"]["stdout"]) == b"hi\n"
+    assert msgs[-1] == (2, {})
 
 
 def test_malformed_unary_requests_and_auth_on_envd(live):
