@@ -94,7 +94,9 @@ fi
 
 agent_args=()
 if [ -n "${SPACE_TEST_AGENT:-}" ]; then agent_args=(--agent-binary "$SPACE_TEST_AGENT"); fi
-"$BIN/spaced" --listen 127.0.0.1:0 --data-dir "$data" --log-level warn \
+# If this script is killed (a ctest timeout), spaced dies with it (setpriv --pdeathsig), and
+# integration_cleanup removes the sandboxes it left.
+setpriv --pdeathsig KILL -- "$BIN/spaced" --listen 127.0.0.1:0 --data-dir "$data" --log-level warn \
   --max-file-bytes 8388608 "${SPACED_ARGS[@]}" "${agent_args[@]}" >"$tmp/spaced.log" 2>&1 &
 spaced_pid=$!
 for _ in $(seq 1 600); do

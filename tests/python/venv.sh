@@ -2,7 +2,7 @@
 # Makes (or reuses) the Python virtual environment of the SDK tests: Debian's /usr/bin/python3
 # (3.11, with python3-venv from scripts/install-deps.sh) and exactly the packages of
 # requirements.lock, checked against their hashes. Content-cached: the venv is rebuilt only
-# when the lock file changes (its copy in the venv is the stamp). Safe to run concurrently.
+# when the lock file or the interpreter changes (the venv's space-stamp records both). Safe to run concurrently.
 # Usage: tests/python/venv.sh VENV_DIR      exit 0 ready, 77 registry unreachable, else failed
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -12,7 +12,9 @@ LOCK="$here/requirements.lock"
 mkdir -p "$(dirname "$VENV")"
 exec 9>"$VENV.lock"
 flock 9
-if [ -x "$VENV/bin/python" ] && cmp -s "$LOCK" "$VENV/space-requirements.lock"; then
+# The stamp: the lock and the interpreter it was installed for.
+stamp() { cat "$LOCK"; echo "# $("$PY" -c 'import sys; print(sys.executable, sys.version)' 2>&1)"; }
+if [ -x "$VENV/bin/python" ] && [ "$(stamp)" = "$(cat "$VENV/space-stamp" 2>/dev/null)" ]; then
   exit 0
 fi
 if ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then
@@ -35,4 +37,4 @@ if ! "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-input --no
   fi
   exit 1
 fi
-cp "$LOCK" "$VENV/space-requirements.lock"
+stamp >"$VENV/space-stamp"
