@@ -123,7 +123,8 @@ fi
 env_args+=("SPACE_SPACED_ARGS=${SPACED_ARGS[*]}" SPACE_MAX_FILE_BYTES=8388608 PYTHONDONTWRITEBYTECODE=1 "PYTHONPATH=")
 
 cd "$SUITE"
-env "${env_args[@]}" "$PY" -m pytest -p no:cacheprovider -v --tb=short --durations=5 \
+# (pytest, like spaced, dies with this script.)
+setpriv --pdeathsig KILL -- env "${env_args[@]}" "$PY" -m pytest -p no:cacheprovider -v --tb=short --durations=5 \
   "${PYTEST_ARGS[@]}" "$SUITE"
 rc=$?
 if [ $rc -eq 5 ]; then
