@@ -47,13 +47,27 @@ def test_create_passes_runtime_and_network_through(make_sandbox):
     box = make_sandbox(metadata={"role": "net"}, runtime="oci", network=False)
     info = box.get_info()
     assert info.runtime == "oci"
-    # (spaced reports no network as false; with network rules, as mode "none".)
-    assert info.network is False or info.network.get("mode") == "none", info.network
-    # Whatever the caller gives is sent as it is: spaced judges it (neither a bool nor a
-    # rules object here), and nothing is created.
+    assert info.network["mode"] == "none", info.network
+    # The policy object passes through as given; a sandbox without a route out cannot be
+    # given one later (409).
+    none = make_sandbox(metadata={"role": "net-none"}, network={"mode": "none"})
+    assert none.get_network()["mode"] == "none"
+    with pytest.raises(ConflictException):
+        none.update_network({"mode": "internet", "allow_out": ["203.0.113.0/24"]})
+    # With a route out (no traffic is sent here): the rules are stored and replaced.
+    out = make_sandbox(metadata={"role": "net-out"},
+                       network={"mode": "internet", "deny_out": ["198.51.100.0/24"]})
+    n = out.get_network()
+    assert n["mode"] == "internet" and n["deny_out"] == ["198.51.100.0/24"], n
+    n = out.update_network({"allow_out": ["203.0.113.0/24"], "deny_out": []})
+    assert n["allow_out"] == ["203.0.113.0/24"] and n["deny_out"] == [], n
+    assert out.get_network()["allow_out"] == ["203.0.113.0/24"]
+    # Whatever the caller gives is sent as it is: spaced judges it, and nothing is created.
     before = {s.id for s in Sandbox.list(metadata={"suite": RUN})}
     with pytest.raises(InvalidArgumentException):
         Sandbox.create(network="bogus", metadata={"suite": RUN})
+    with pytest.raises(InvalidArgumentException):
+        Sandbox.create(network={"mode": "sideways"}, metadata={"suite": RUN})
     with pytest.raises(InvalidArgumentException):
         Sandbox.create(runtime="no-such-runtime", metadata={"suite": RUN})
     assert {s.id for s in Sandbox.list(metadata={"suite": RUN})} == before

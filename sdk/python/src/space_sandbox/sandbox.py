@@ -565,6 +565,18 @@ class Sandbox:
             _api.Request("POST", _api.sandbox_path(self.id) + "/timeout", json=body)))
         return self._info
 
+    def get_network(self) -> Dict[str, Any]:
+        """The sandbox's network policy (``mode``, ``allow_out``, ``deny_out``…; secret
+        values never appear), its addresses, open flows and recent decisions."""
+        return self._t.json(_api.Request("GET", _api.sandbox_path(self.id) + "/network"))
+
+    def update_network(self, policy: Mapping[str, Any]) -> Dict[str, Any]:
+        """Replaces the egress rules of a running sandbox (``{"allow_out": [...],
+        "deny_out": [...]}``, passed as given); new flows follow at once. A sandbox created
+        with mode ``none`` cannot be given a route out (:class:`ConflictException`)."""
+        return self._t.json(_api.Request("PUT", _api.sandbox_path(self.id) + "/network",
+                                         json=dict(policy)))
+
     def close(self) -> None:
         """Releases the HTTP connections (the sandbox keeps running)."""
         self._t.close()

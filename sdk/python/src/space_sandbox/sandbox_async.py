@@ -501,6 +501,18 @@ class AsyncSandbox:
             _api.Request("POST", _api.sandbox_path(self.id) + "/timeout", json=body)))
         return self._info
 
+    async def get_network(self) -> Dict[str, Any]:
+        """The sandbox's network policy (``mode``, ``allow_out``, ``deny_out``…; secret
+        values never appear), its addresses, open flows and recent decisions."""
+        return await self._t.json(_api.Request("GET", _api.sandbox_path(self.id) + "/network"))
+
+    async def update_network(self, policy: Mapping[str, Any]) -> Dict[str, Any]:
+        """Replaces the egress rules of a running sandbox (``{"allow_out": [...],
+        "deny_out": [...]}``, passed as given); new flows follow at once. A sandbox created
+        with mode ``none`` cannot be given a route out (:class:`ConflictException`)."""
+        return await self._t.json(_api.Request("PUT", _api.sandbox_path(self.id) + "/network",
+                                         json=dict(policy)))
+
     async def close(self) -> None:
         await self._t.close()
 
