@@ -357,3 +357,29 @@ def test_control_plane_errors_carry_e2b_codes():
     bad = httpx.post(f"{API}/v2/sandboxes", headers={"X-API-KEY": KEY}, trust_env=False,
                      json={"templateID": "base", "volumeMounts": [{"name": "v", "path": "/v"}]})
     assert bad.status_code == 400 and bad.json()["code"] == 400
+
+
+# ---------------------------------------------------------------- network
+
+
+def space_network(sandbox_id: str) -> dict:
+    """The SPACE policy behind an E2B sandbox (SPACE's own API, same key)."""
+    res = httpx.get(f"{API}/v1/sandboxes/{sandbox_id}/network",
+                    headers={"Authorization": f"Bearer {KEY}"}, trust_env=False, timeout=30)
+    res.raise_for_status()
+    return res.json()
+
+
+def test_network_options_map_onto_space_policies():
+    # No traffic leaves any of these sandboxes; only the stored policies are checked.
+    closed = create(metadata={"role": "net-closed"}, allow_internet_access=False)
+    assert space_network(closed.sandbox_id)["mode"] == "none"
+    deny = create(metadata={"role": "net-deny"}, allow_internet_access=True,
+                  network={"deny_out": ["198.51.100.0/24"]})
+    n = space_network(deny.sandbox_id)
+    assert n["mode"] == "internet" and n["deny_out"] == ["198.51.100.0/24"], n
+    only = create(metadata={"role": "net-only"},
+                  network={"allow_out": ["203.0.113.0/24"], "deny_out": ["0.0.0.0/0"]})
+    n = space_network(only.sandbox_id)
+    assert n["mode"] == "internet" and n["allow_out"] == ["203.0.113.0/24"], n
+    assert only.commands.run("echo up").stdout == "up\n"
