@@ -9,10 +9,12 @@ PKGS=(
   libssl-dev openssl libsodium-dev libseccomp-dev libexpected-dev libarchive-dev libzstd-dev libsqlite3-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   crun runc btrfs-progs busybox-static util-linux iproute2 procps curl python3 python3-requests
-  nftables dnsmasq-base
+  nftables dnsmasq-base openssl
+  python3-venv
   nodejs
   qemu-system-x86 qemu-utils linux-image-cloud-amd64 lz4 cpio e2fsprogs kmod
 )
+# python3-venv: the Python SDK tests make a venv with /usr/bin/python3 (tests/python/venv.sh).
 # npm (the E2B SDK compatibility tests install the pinned SDK with `npm ci`): Debian's
 # package, unless the installed nodejs already brings its own npm.
 if ! command -v npm >/dev/null 2>&1; then PKGS+=(npm); fi
