@@ -9,7 +9,7 @@ PKGS=(
   libssl-dev openssl libsodium-dev libseccomp-dev libexpected-dev libarchive-dev libzstd-dev libsqlite3-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   crun runc btrfs-progs busybox-static util-linux iproute2 procps curl python3 python3-requests
-  nftables dnsmasq-base openssl
+  nftables dnsmasq-base
   python3-venv
   nodejs
   qemu-system-x86 qemu-utils linux-image-cloud-amd64 lz4 cpio e2fsprogs kmod

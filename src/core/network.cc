@@ -44,7 +44,12 @@ Status Platform::Impl::StartInstance(Sandbox& sb, runtime::Runtime* rt, runtime:
                         {"gateway_ip", attached->gateway_ip}};
   Json& env = sb.rec.spec["env"];
   if (!env.is_object()) env = Json::object();
-  for (const auto& [k, v] : attached->env) env[k] = v;
+  for (const auto& [k, v] : attached->env) {
+    // The proxy's address is the attachment's own; the CA variables give way to the user's.
+    bool proxy_var = k.find("proxy") != std::string::npos || k.find("PROXY") != std::string::npos;
+    if (proxy_var || !env.contains(k)) env[k] = v;
+  }
+  spec.files = attached->files;
   spec.network = true;
   spec.netns_path = attached->netns_path;
   spec.resolv_conf = attached->resolv_conf;

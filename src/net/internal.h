@@ -18,6 +18,7 @@
 #include "common/json.h"
 #include "net/dns.h"
 #include "net/net.h"
+#include "net/tls/tls.h"
 
 namespace space::net {
 
@@ -47,6 +48,7 @@ struct SandboxNet {
   uint32_t ip = 0, gateway = 0;
   mutable std::mutex mu;  // guards everything below
   Policy policy;
+  std::shared_ptr<tls::SandboxCa> ca;  // with secrets: terminates TLS to their hosts
   std::deque<DecisionRecord> decisions;
   std::set<Flow*> flows;
 
@@ -61,6 +63,7 @@ class Shared {
   explicit Shared(Options o) : opts(std::move(o)) {}
   Options opts;
   dns::Upstream upstream;
+  std::shared_ptr<const tls::UpstreamTrust> trust;  // for hosts with secrets
 
   std::shared_ptr<SandboxNet> ByAddr(uint32_t ip) const;
   std::shared_ptr<SandboxNet> ById(const std::string& id) const;

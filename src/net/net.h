@@ -47,7 +47,11 @@ struct Attachment {
   std::string sandbox_ip;       // eth0 inside
   std::string gateway_ip;       // the host end: default route, DNS server, proxy
   std::string resolv_conf;      // the sandbox's /etc/resolv.conf
-  std::map<std::string, std::string> env;  // HTTP(S)_PROXY, NO_PROXY and lower-case twins
+  std::map<std::string, std::string> env;  // HTTP(S)_PROXY, NO_PROXY and lower-case twins;
+                                           // with secrets, the CA variables too
+  // Files to place read-only in the sandbox (path inside -> content): with secrets, the
+  // trust bundle holding the sandbox's CA.
+  std::map<std::string, std::string> files;
 };
 
 struct LiveSandbox {

@@ -359,6 +359,9 @@ class NetworkImpl final : public Network {
   Attachment AttachmentFor(int slot, const std::string& id) const;
 
   Status EnsureStarted();      // listeners; call with mu_ held
+  // The sandbox's CA (with secrets): loaded from the state dir, or made and saved there.
+  Result<std::shared_ptr<tls::SandboxCa>> CaFor(const std::string& id, const Policy& p);
+  std::string CaPath(const std::string& id) const { return opts().state_dir + "/ca/" + id; }
   Status ApplyRuleset();       // the whole table, one transaction; call with mu_ held
   Status MakeNamespace(const std::string& id, int slot);
   void RemoveNamespace(const std::string& id, int slot);
@@ -385,11 +388,38 @@ Status NetworkImpl::Init() {
     shared_.upstream = up ? *up : dns::Upstream{0x7F000001u, 53};
   }
   shared_.RefreshHostAddrs();
+  if (!opts().egress_ca_file.empty() && !sys::Exists(opts().egress_ca_file))
+    return Fail(Errc::kInvalidArgument, "--egress-ca-file " + opts().egress_ca_file + " does not exist");
   return Ok();
+}
+
+Result<std::shared_ptr<tls::SandboxCa>> NetworkImpl::CaFor(const std::string& id, const Policy& p) {
+  if (p.secrets.empty()) return std::shared_ptr<tls::SandboxCa>();
+  const std::string base = CaPath(id);
+  auto cert = sys::ReadFile(base + ".crt");
+  auto key = sys::ReadFile(base + ".key");
+  if (cert && key) {
+    auto ca = tls::SandboxCa::Load(*cert, *key);
+    if (ca) return std::shared_ptr<tls::SandboxCa>(std::move(*ca));
+    spdlog::warn("net: CA of {} unreadable ({}); making a new one", id, ca.error().message);
+  }
+  std::vector<std::string> hosts;
+  for (const auto& s : p.secrets) hosts.insert(hosts.end(), s.hosts.begin(), s.hosts.end());
+  auto ca = tls::SandboxCa::Generate(id, hosts);
+  if (!ca) return tl::unexpected(std::move(ca.error()).Wrap("sandbox CA"));
+  SPACE_TRY(sys::MkdirAll(opts().state_dir + "/ca", 0700));
+  SPACE_TRY(sys::WriteFileAtomic(base + ".key", (*ca)->key_pem(), 0600));
+  SPACE_TRY(sys::WriteFileAtomic(base + ".crt", (*ca)->cert_pem(), 0600));
+  return std::shared_ptr<tls::SandboxCa>(std::move(*ca));
 }
 
 Status NetworkImpl::EnsureStarted() {
   if (proxy_) return Ok();
+  if (!shared_.trust) {
+    auto trust = tls::UpstreamTrust::Create(opts().egress_ca_file);
+    if (!trust) return tl::unexpected(std::move(trust.error()).Wrap("--egress-ca-file"));
+    shared_.trust = std::move(*trust);
+  }
   auto proxy = std::make_unique<Proxy>(&shared_);
   SPACE_TRY_WRAP(proxy->Start(), "egress proxy");
   auto dns = std::make_unique<DnsForwarder>(&shared_);
@@ -582,12 +612,18 @@ Result<Attachment> NetworkImpl::Attach(const std::string& id, const Policy& p, i
     RemoveNamespace(id, slot);
     return tl::unexpected(std::move(made.error()).Wrap("net: attach " + id));
   }
+  auto ca = CaFor(id, p);
+  if (!ca) {
+    RemoveNamespace(id, slot);
+    return tl::unexpected(std::move(ca.error()).Wrap("net: attach " + id));
+  }
   auto sb = std::make_shared<SandboxNet>();
   sb->id = id;
   sb->slot = slot;
   sb->gateway = Gateway(slot);
   sb->ip = Gateway(slot) + 1;
   sb->policy = p;
+  sb->ca = *ca;
   shared_.Put(sb);
   slots_[slot] = id;
   auto applied = ApplyRuleset();
@@ -598,7 +634,18 @@ Result<Attachment> NetworkImpl::Attach(const std::string& id, const Policy& p, i
     (void)ApplyRuleset();
     return tl::unexpected(std::move(applied.error()).Wrap("net: attach " + id));
   }
-  return AttachmentFor(slot, id);
+  Attachment a = AttachmentFor(slot, id);
+  if (sb->ca) {
+    // The sandbox trusts its CA: the host's bundle plus the CA, where OpenSSL, curl,
+    // requests and Node look (and the variables that point them there).
+    auto system = sys::ReadFile(std::string(tls::kSystemCaBundle));
+    auto bundle = tls::MakeTrustBundle(sb->ca->cert_pem(), system ? *system : "");
+    if (!bundle) return tl::unexpected(std::move(bundle.error()).Wrap("net: trust bundle"));
+    a.files[std::string(tls::kSandboxBundlePath)] = bundle->bundle_pem;
+    a.files[std::string(tls::kSandboxCaPath)] = bundle->ca_pem;
+    for (const auto& [k, v] : bundle->env) a.env[k] = v;
+  }
+  return a;
 }
 
 Status NetworkImpl::Update(const std::string& id, const Policy& p) {
@@ -644,6 +691,8 @@ Status NetworkImpl::Detach(const std::string& id) {
     }
   }
   RemoveNamespace(id, slot);
+  (void)::unlink((CaPath(id) + ".crt").c_str());
+  (void)::unlink((CaPath(id) + ".key").c_str());
   if (sys::Exists(NetnsPath(id)))
     return Fail(Errc::kInternal, "net: namespace of " + id + " could not be removed");
   return Ok();
@@ -704,6 +753,9 @@ Status NetworkImpl::Reconcile(const std::map<std::string, LiveSandbox>& live) {
     sb->gateway = Gateway(s.slot);
     sb->ip = Gateway(s.slot) + 1;
     sb->policy = s.policy;
+    auto ca = CaFor(id, s.policy);
+    if (!ca) failed.push_back(id + ": " + ca.error().message);
+    else sb->ca = *ca;
     shared_.Put(sb);
     slots_[s.slot] = id;
   }

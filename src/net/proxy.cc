@@ -241,6 +241,7 @@ void Proxy::Serve(Kind kind, int client_fd) {
   bool explicit_proxy = kind == kOther && dst == sb->gateway && port == kExplicitPort;
   std::string consumed_reply;  // what to answer a CONNECT with once dialled
   std::string forward_head;    // a rewritten request head to send upstream first
+  bool connect = false;        // the explicit proxy's CONNECT: TLS follows
   Sniffed s;
   if (explicit_proxy) {
     rec.proto = "connect";
@@ -249,7 +250,7 @@ void Proxy::Serve(Kind kind, int client_fd) {
     std::string head(s.head_bytes, '\0');
     if (::recv(client_fd, head.data(), head.size(), MSG_WAITALL) != static_cast<ssize_t>(head.size()))
       return;
-    bool connect = StartsWith(head, "CONNECT ");
+    connect = StartsWith(head, "CONNECT ");
     if (s.port == 0) {
       SendForbidden(client_fd, "the explicit proxy takes CONNECT or absolute URLs");
       return;
@@ -379,7 +380,30 @@ void Proxy::Serve(Kind kind, int client_fd) {
     ok = SendAll(up.fd, forward_head);
     out += forward_head.size();
   }
-  if (ok) {
+  // TLS to a host some secret may be sent to is terminated (the sandbox trusts its CA) so
+  // the placeholders can be swapped; everything else is spliced untouched.
+  std::vector<tls::Secret> secrets;
+  std::shared_ptr<tls::SandboxCa> ca;
+  if (!rec.name.empty() && (kind == kTls || (explicit_proxy && connect && port == 443))) {
+    std::lock_guard l(sb->mu);
+    for (const auto& s : sb->policy.secrets)
+      secrets.push_back({s.name, s.value, s.hosts, s.placeholder});
+    ca = sb->ca;
+  }
+  if (ok && ca && shared_->trust && tls::AnySecretAppliesTo(secrets, rec.name)) {
+    tls::MitmOptions mo;
+    mo.host = rec.name;
+    mo.secrets = std::move(secrets);
+    mo.trust = shared_->trust;
+    tls::MitmResult m = tls::RunMitm(*ca, client_fd, up.fd, mo);
+    out += m.bytes_up;
+    in += m.bytes_down;
+    DecisionRecord note = rec;
+    note.proto = "tls-secrets";
+    note.reason = m.outcome + " (" + std::to_string(m.substitutions) + " substitutions)";
+    note.allowed = true;
+    sb->Record(std::move(note));
+  } else if (ok) {
     uint64_t up_bytes = 0;
     Relay(f, &up_bytes, &in);
     out += up_bytes;

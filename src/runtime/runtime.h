@@ -8,6 +8,7 @@
 // the caller (core/).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ struct InstanceSpec {
   // sandbox's /etc/resolv.conf.
   std::string netns_path;
   std::string resolv_conf;
+  // Files bound read-only into the sandbox: absolute path inside -> content (e.g. the
+  // trust bundle with the sandbox's CA).
+  std::map<std::string, std::string> files;
   // Runtimes that keep the sandbox's disk themselves (Capabilities::own_disk; rootfs is
   // then unused): the template's read-only tree and content digest to build the disk
   // from, or a snapshot of this runtime to start from (memory, devices and disk).

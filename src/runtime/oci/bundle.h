@@ -34,6 +34,7 @@ struct BundleParams {
   // read-only at /etc/resolv.conf. Empty: a fresh namespace with loopback only.
   std::string netns_path;
   std::string resolv_conf_path;
+  std::vector<std::pair<std::string, std::string>> file_binds;  // host path -> path inside (ro)
 };
 
 // Docker's default capability set without CAP_NET_RAW (no raw or packet sockets: a

@@ -481,6 +481,16 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
     if (!f) return tl::unexpected(f.error());
     SPACE_TRY_WRAP(sys::WriteAll(f->get(), spec.resolv_conf), "write resolv.conf");
     bp.resolv_conf_path = resolv;
+    int n = 0;
+    for (const auto& [inside, content] : spec.files) {
+      if (inside.empty() || inside[0] != '/' || inside.find("..") != std::string::npos)
+        return Fail(Errc::kInvalidArgument, "oci: bad sandbox file path " + inside);
+      const std::string host = bundle + "/file-" + std::to_string(n++);
+      auto out = sys::Open(host, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
+      if (!out) return tl::unexpected(out.error());
+      SPACE_TRY_WRAP(sys::WriteAll(out->get(), content), "write " + host);
+      bp.file_binds.emplace_back(host, inside);
+    }
   }
   bp.root_path = root;
   bp.agent_binary = opts_.agent_binary;
