@@ -62,6 +62,9 @@ std::string Bytes(int64_t n) {
 void Platform::Impl::InitGuards(Sandbox& sb) {
   sb.output_quota = OutputQuotaOf(sb.rec, config);
   sb.output_stored = CountOutputBytes(LogDir(sb.rec.id));
+  // Before the agent retransmits: on a full disk (say, after a restart) nothing is
+  // written at all rather than a part of each chunk into whatever space a delete freed.
+  RefreshDisk();
   if (auto* rt = RuntimeFor(sb.rec)) {
     auto n = rt->OomKills(sb.rec.id);
     sb.oom_kills = n ? *n : -1;
@@ -159,9 +162,10 @@ Status Platform::Impl::ExitComplete(Command& cmd, const Json& exit) {
 
 Status Platform::Impl::DeferExit(Sandbox& sb, Command& cmd, const Error& why) {
   if (why.code != Errc::kResourceExhausted) return tl::unexpected(why);
-  spdlog::warn("sandbox {}: the exit of {} waits for disk space: {}", sb.rec.id, cmd.rec.id,
-               why.message);
   std::lock_guard l(cmd.mu);
+  if (!cmd.exit_pending)
+    spdlog::warn("sandbox {}: the exit of {} waits for disk space: {}", sb.rec.id, cmd.rec.id,
+                 why.message);
   cmd.rec.state = "running";
   cmd.rec.exit_code.reset();
   cmd.rec.signal.reset();
@@ -189,6 +193,7 @@ void Platform::Impl::NoteHello(Sandbox& sb, const Json& hello) {
     }
     if (!cmd) continue;
     std::lock_guard l(cmd->mu);
+    cmd->process_ended = true;
     if (cmd->held != kQuotaReached || cmd->drain_until > 0) continue;
     // At most one window per stream plus what a pipe holds is left in the agent.
     cmd->drain_until = sb.output_stored.load() + 2 * (8ll << 20) + (2ll << 20);
@@ -297,7 +302,7 @@ void Platform::Impl::GuardTick() {
       std::lock_guard cl(sb->cmd_mu);
       for (auto& [id, cmd] : sb->commands) {
         std::lock_guard ml(cmd->mu);
-        exiting |= cmd->exit_pending && !cmd->drain && (cmd->discard || !disk_low);
+        exiting |= !cmd->drain && (cmd->discard || (cmd->exit_pending && !disk_low));
       }
     }
     const bool room = !disk_low && (quota <= 0 || sb->output_stored.load() < quota);
@@ -318,7 +323,7 @@ void Platform::Impl::GuardTick() {
       std::lock_guard cl(sb->cmd_mu);
       for (auto& [id, cmd] : sb->commands) {
         std::lock_guard ml(cmd->mu);
-        if (cmd->exit_pending && (cmd->discard || !disk_low)) cmd->drain = true;
+        if (cmd->discard || (cmd->exit_pending && !disk_low)) cmd->drain = true;
         if (cmd->held.empty()) continue;
         if (cmd->rec.reason == cmd->held) cmd->rec.reason.clear();
         cmd->held.clear();
@@ -343,7 +348,7 @@ Status Platform::DeleteOutput(const std::string& sandbox_id, const std::string& 
     // A process that has ended but whose output is held (its exit waits for it) may have
     // its output deleted: that is how a flood on a full disk is cleared.
     std::lock_guard l(live->mu);
-    if (!live->exit_pending || live->held.empty())
+    if (!(live->exit_pending || live->process_ended) || live->held.empty())
       return Fail(Errc::kConflict, "command " + cid + " is running; its output can be deleted once it has ended");
     live->discard = true;
     live->held.clear();

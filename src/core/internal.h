@@ -47,6 +47,7 @@ struct Command {
   // Its main process has ended (a HELLO said so) while held by the quota: the sandbox may
   // store up to this many bytes in all so the agent's last window can go in (0 = not set).
   int64_t drain_until = 0;
+  bool process_ended = false;  // a HELLO said its main process was reaped
 };
 
 struct Platform::Sandbox {

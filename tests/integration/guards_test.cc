@@ -1,7 +1,10 @@
 // Resource guards (issue 11): one daemon per data dir, the output quota with backpressure,
 // the default disk, memory admission and OOM kills, the host's disk reserve on a small
 // filesystem made by the test. Every test drives a real spaced over loopback HTTP.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
@@ -354,9 +357,41 @@ TEST(GuardsTest, AFullDataDirRefusesWith507LosesNothingAndRecoversByItself) {
 
   // kill -9 while the disk is full, then a restart: the database opens, every log reads
   // whole from offset 0.
+  // (Started by hand on a port of ours: the harness learns the port from DATA/url, which
+  // a full disk may not take.)
   d.Kill();
-  ASSERT_TRUE(d.Start()) << "free " << FreeBytes(d.data_dir());
-  auto& c2 = d.client();
+  int port = 0;
+  {
+    sys::UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    ASSERT_EQ(::bind(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    ASSERT_EQ(::getsockname(s.get(), reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port = ntohs(addr.sin_port);
+  }
+  auto tmp = sys::TempDir::Create("/tmp", "space-full-log-");
+  ASSERT_TRUE(tmp);
+  auto log = sys::Open(tmp->path() + "/spaced.log", O_WRONLY | O_CREAT | O_APPEND, 0644);
+  ASSERT_TRUE(log);
+  auto restarted = sys::Spawn({.argv = {BinDir() + "/spaced", "--listen", "127.0.0.1:" + std::to_string(port),
+                                        "--data-dir", d.data_dir(), "--log-level", "warn", "--storage",
+                                        "overlay", "--min-free-bytes", "48M", "--default-disk-bytes", "0"},
+                               .die_with_parent = true,
+                               .stdout_fd = log->get(),
+                               .stderr_fd = log->get()});
+  ASSERT_TRUE(restarted) << restarted.error().message;
+  struct Stopper {
+    sys::ChildProcess* child;
+    ~Stopper() {
+      ::kill(child->pid(), SIGTERM);
+      (void)child->Wait();
+    }
+  } stopper{&*restarted};
+  client::Client c2("http://127.0.0.1:" + std::to_string(port), d.api_key());
+  ASSERT_TRUE(WaitFor([&] { return static_cast<bool>(c2.Health()); }, 60s))
+      << "free " << FreeBytes(d.data_dir()) << "\n" << *sys::ReadFile(tmp->path() + "/spaced.log");
   Json fl = Command(c2, a, flood);
   std::string out = ReadAll(c2, a, flood);
   EXPECT_GT(out.size(), 100u << 20);
@@ -387,6 +422,10 @@ TEST(GuardsTest, AFullDataDirRefusesWith507LosesNothingAndRecoversByItself) {
   auto seq = c2.Run(a, std::vector<std::string>{"seq", "1", "50000"});
   ASSERT_TRUE(seq) << seq.error().message;
   EXPECT_EQ(seq->out, SeqOutput(50000));
+  for (const std::string& id : {a, b, again}) {
+    if (!id.empty()) EXPECT_TRUE(c2.DeleteSandboxAndWait(id, 30s));
+  }
+  if (HasFailure()) std::fprintf(stderr, "%s\n", sys::ReadFile(tmp->path() + "/spaced.log")->c_str());
 }
 
 }  // namespace
