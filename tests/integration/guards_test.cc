@@ -275,6 +275,10 @@ TEST(GuardsTest, AnOomKillEndsTheCommandNotTheSandbox) {
   auto& c = d.client();
   std::string id = CreateSandbox(c, {{"limits", {{"memory_bytes", 64 << 20}}}});
   ASSERT_FALSE(id.empty());
+  // The agent (PID 1) is shielded from the OOM killer, its commands are not.
+  auto adj = c.Run(id, Json{{"cmd", "cat /proc/1/oom_score_adj /proc/self/oom_score_adj"}});
+  ASSERT_TRUE(adj) << adj.error().message;
+  EXPECT_EQ(adj->out, "-999\n0\n");
   // dd's buffer is one block: 256 MiB, four times the limit.
   auto bomb = c.Run(id, Json{{"cmd", "dd if=/dev/zero of=/dev/null bs=256M count=1"}});
   ASSERT_TRUE(bomb) << bomb.error().message;
