@@ -182,8 +182,11 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   if (!meta) return tl::unexpected(meta.error());
   req.metadata = std::move(*meta);
   if (const Json* n = JsonField(body, "network")) {
-    if (!n->is_boolean()) return Fail(Errc::kInvalidArgument, "network must be a boolean");
-    req.network = n->get<bool>();
+    // Checked by core against this daemon's presets (net::ParsePolicy).
+    if (!n->is_boolean() && !n->is_object() && !n->is_null())
+      return Fail(Errc::kInvalidArgument,
+                  "network must be an object {mode, allow_out, deny_out, public_traffic, secrets}");
+    req.network = *n;
   }
   for (const char* key : {"snapshot_every", "keep_last"}) {
     if (const Json* t = JsonField(body, key)) {

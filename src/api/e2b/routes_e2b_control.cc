@@ -308,7 +308,7 @@ Awaitable<bool> RouteControl(Ctx& ctx) {
     Json detail = Listed(*rec);
     detail["envdAccessToken"] = AccessToken(ctx, *rec);
     detail["domain"] = nullptr;
-    detail["allowInternetAccess"] = JsonBoolOr(rec->spec, "network", false);
+    detail["allowInternetAccess"] = core::Platform::StoredPolicy(*rec).internet();
     detail["lifecycle"] = {
         {"onTimeout", JsonStringOr(rec->spec, "on_timeout", "delete") == "delete" ? "kill" : "pause"},
         {"autoResume", false}};
