@@ -150,6 +150,7 @@ int main(int argc, char** argv) {
   std::string url, key, data_dir;
   int clients = 200, seconds = 30, commands = 2, lines = 20000;
   double healthz_p99_ms = 50;
+  int spinners = 0;
   app.add_option("--url", url)->required();
   app.add_option("--key", key)->required();
   app.add_option("--data-dir", data_dir, "spaced's data dir, for the leak checks");
@@ -158,6 +159,9 @@ int main(int argc, char** argv) {
   app.add_option("--commands", commands, "commands per sandbox")->check(CLI::Range(1, 100));
   app.add_option("--lines", lines, "each command prints seq 1 LINES")->check(CLI::Range(1, 10000000));
   app.add_option("--healthz-p99-ms", healthz_p99_ms);
+  app.add_option("--spinners", spinners,
+                 "sandboxes that spin at their CPU limit for the whole run (CPU starvation check)")
+      ->check(CLI::Range(0, 64));
   CLI11_PARSE(app, argc, argv);
 
   client::Client probe(url, key);
@@ -172,6 +176,26 @@ int main(int argc, char** argv) {
   auto idle = ProbeHealth(probe, Clock::now() + 2s, nullptr);
   Totals alone;
   ClientLoop(url, key, Clock::now() + 3s, commands, lines, alone);
+  // Spinners: sandboxes whose processes burn their whole CPU limit (1 cpu each) while the
+  // load runs, so the API competes with them for the host's cores.
+  std::vector<std::string> spinning;
+  for (int i = 0; i < spinners; ++i) {
+    auto sb = probe.CreateSandboxAndWait(Json{{"metadata", {{"space_load", "spinner"}}}}, 60s);
+    if (!sb) {
+      std::fprintf(stderr, "spinner create: %s\n", sb.error().message.c_str());
+      return 1;
+    }
+    std::string id = (*sb)["id"];
+    spinning.push_back(id);
+    for (int k = 0; k < 2; ++k) {
+      auto cmd = probe.StartCommand(id, Json{{"cmd", "while :; do :; done"}});
+      if (!cmd) {
+        std::fprintf(stderr, "spinner command: %s\n", cmd.error().message.c_str());
+        return 1;
+      }
+    }
+  }
+  if (spinners > 0) std::this_thread::sleep_for(1s);  // let them reach their limit
   size_t fds0 = proc.empty() ? 0 : sys::CountDirEntries(proc + "/fd");
 
   Totals t;
@@ -188,9 +212,11 @@ int main(int argc, char** argv) {
   const double elapsed_s = Ms(Clock::now() - start) / 1000;
   stop = true;
   prober.join();
+  for (const auto& id : spinning) (void)probe.DeleteSandboxAndWait(id, 60s);
 
-  std::printf("# space_load: %d clients for %d s (ran %.1f s), %d commands per sandbox of %zu bytes\n",
-              clients, seconds, elapsed_s, commands, SeqOutput(lines).size());
+  std::printf("# space_load: %d clients for %d s (ran %.1f s), %d commands per sandbox of %zu bytes, "
+              "%d sandboxes spinning\n",
+              clients, seconds, elapsed_s, commands, SeqOutput(lines).size(), spinners);
   std::printf("sandboxes %d (%.1f/s), commands %d (%.1f/s), output checked %.1f MiB, "
               "429s honoured %d, errors %d, incomplete outputs %d\n",
               t.sandboxes, t.sandboxes / elapsed_s, t.commands, t.commands / elapsed_s,

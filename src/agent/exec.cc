@@ -374,6 +374,12 @@ Result<StartedCommand> StartCommand(const ExecRequest& req) {
       for (int fd = 3; fd < 65536; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     }
     ::umask(022);
+    // The host may have shielded the agent from the OOM killer (oom_score_adj -999);
+    // commands are ordinary candidates again. Raising it needs no privilege.
+    if (int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); fd >= 0) {
+      (void)!::write(fd, "0", 1);
+      ::close(fd);
+    }
     if (switch_user) {
       if (::setgroups(user.groups.size(), user.groups.data()) < 0)
         ChildFail(status_fd, kStageUser, errno);

@@ -58,6 +58,7 @@ const AccessRule kAccessRules[] = {
     {"GET", "/v1/sandboxes/{sb}/commands/{cid}/output", kCommandsRead, kCommandBound},
     {"POST", "/v1/sandboxes/{sb}/commands/{cid}/stdin", kCommandsWrite, kCommandBound},
     {"POST", "/v1/sandboxes/{sb}/commands/{cid}/signal", kCommandsWrite, kCommandBound},
+    {"DELETE", "/v1/sandboxes/{sb}/commands/{cid}/output", kCommandsWrite},
     // Files.
     {"GET", "/v1/sandboxes/{sb}/files", kFilesRead},
     {"GET", "/v1/sandboxes/{sb}/files:list", kFilesRead},

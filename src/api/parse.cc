@@ -168,6 +168,8 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
         req.limits.disk_bytes = n;
       } else if (k == "nofile") {
         req.limits.nofile = n;
+      } else if (k == "output_bytes") {
+        req.output_bytes = n;
       } else {
         return Fail(Errc::kInvalidArgument, "unknown limit \"" + k + "\"");
       }

@@ -281,6 +281,17 @@ Awaitable<bool> RouteCommands(Ctx& ctx) {
     }
   }
 
+  if (s.size() == 6 && s[5] == "output" && ctx.method == "DELETE") {
+    // Frees the output's space (and its share of the sandbox's output quota).
+    auto st = co_await ctx.Blocking([&] { return p->DeleteOutput(sb, cid); });
+    if (!st) {
+      co_await ctx.ReplyError(st.error());
+    } else {
+      co_await ctx.Reply(200, Json::object());
+    }
+    co_return true;
+  }
+
   if (s.size() == 6 && s[5] == "stdin" && ctx.method == "POST") {
     bool eof = ctx.Query("eof") == "1" || ctx.Query("eof") == "true";
     auto body = co_await ctx.ReadBody(8u << 20);  // the agent buffers at most 8 MiB of stdin

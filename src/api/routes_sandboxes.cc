@@ -99,6 +99,27 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
       co_await ctx.Reply(200, body);
       co_return true;
     }
+    if (ctx.method == "PATCH") {
+      // {"limits":{"output_bytes":N}}: the one limit a live sandbox can change.
+      auto body = co_await ctx.ReadJson();
+      if (!body) {
+        co_await ctx.ReplyError(body.error());
+        co_return true;
+      }
+      const Json* limits = JsonField(*body, "limits");
+      if (!body->is_object() || !limits || body->size() != 1) {
+        co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "want {\"limits\":{...}}"});
+        co_return true;
+      }
+      Json want = *limits;
+      auto sb = co_await ctx.Blocking([&] { return p->SetLimits(id, want); });
+      if (!sb) {
+        co_await ctx.ReplyError(sb.error());
+        co_return true;
+      }
+      co_await ctx.Reply(200, SandboxJson(*sb));
+      co_return true;
+    }
     if (ctx.method == "DELETE") {
       if (bad_wait) {
         co_await ctx.ReplyError(wait_error);

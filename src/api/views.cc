@@ -63,6 +63,7 @@ Json CommandJson(const core::CommandInfo& c) {
           {"signal", r.signal ? Json(*r.signal) : Json(nullptr)},
           {"timed_out", r.timed_out},
           {"reason", r.reason},
+          {"oom_killed", r.reason == "oom_killed"},
           {"pid", r.pid},
           {"pty", r.spec.contains("pty") ? r.spec["pty"] : Json(nullptr)},
           {"stdout_size", c.stdout_size},
@@ -108,6 +109,7 @@ int HttpStatusFor(Errc code) {
     case Errc::kUnavailable: return 503;
     case Errc::kDeadlineExceeded: return 504;
     case Errc::kInternal: return 500;
+    case Errc::kInsufficientStorage: return 507;
   }
   return 500;
 }

@@ -22,6 +22,7 @@ std::string_view ErrcName(Errc c) {
     case Errc::kDeadlineExceeded: return "deadline_exceeded";
     case Errc::kTooLarge: return "too_large";
     case Errc::kInternal: return "internal";
+    case Errc::kInsufficientStorage: return "insufficient_storage";
   }
   return "internal";
 }
@@ -29,7 +30,8 @@ std::string_view ErrcName(Errc c) {
 Errc ErrcFromName(std::string_view name) {
   for (Errc c : {Errc::kInvalidArgument, Errc::kNotFound, Errc::kConflict, Errc::kUnauthenticated,
                  Errc::kPermissionDenied, Errc::kResourceExhausted, Errc::kUnavailable,
-                 Errc::kDeadlineExceeded, Errc::kTooLarge, Errc::kInternal}) {
+                 Errc::kDeadlineExceeded, Errc::kTooLarge, Errc::kInternal,
+                 Errc::kInsufficientStorage}) {
     if (ErrcName(c) == name) return c;
   }
   return Errc::kInternal;

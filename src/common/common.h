@@ -27,6 +27,7 @@ enum class Errc {
   kDeadlineExceeded,
   kTooLarge,
   kInternal,
+  kInsufficientStorage,  // the host has no room (disk or memory) for this: HTTP 507
 };
 
 std::string_view ErrcName(Errc c);             // "invalid_argument", ...

@@ -179,6 +179,11 @@ Status AgentSession::SendStdin(uint32_t stream, std::string_view bytes, bool eof
   return Ok();
 }
 
+Status AgentSession::RequestHello() {
+  return Send(agent::EncodeFrame(FrameType::kRequest, agent::kHelloRequest,
+                                 agent::EncodeMessage(Json{{"op", "hello"}})));
+}
+
 void AgentSession::ReadLoop(const std::weak_ptr<AgentSession>& weak) {
   agent::FrameDecoder decoder;
   constexpr size_t kReadSize = 1 << 20;
@@ -245,9 +250,14 @@ Status AgentSession::HandleFrame(const agent::FrameView& f) {
     case FrameType::kHello: {
       auto j = ParseJson(f.payload);
       if (!j || !j->is_object()) return Fail(Errc::kInvalidArgument, "agent HELLO is not JSON");
-      std::lock_guard lock(mu_);
-      hello_ = std::move(*j);
-      cv_.notify_all();
+      bool again;
+      {
+        std::lock_guard lock(mu_);
+        again = hello_.has_value();
+        hello_ = *j;
+        cv_.notify_all();
+      }
+      if (again && handlers_.on_hello) handlers_.on_hello(*j);
       return Ok();
     }
     case FrameType::kResponse: {
@@ -285,6 +295,7 @@ Status AgentSession::HandleFrame(const agent::FrameView& f) {
       if (!j || !j->is_object()) return Fail(Errc::kInvalidArgument, "agent EXIT is not JSON");
       SPACE_TRY(FlushAcks());
       auto st = handlers_.on_exit(f.stream, *j);
+      if (!st && st.error().code == Errc::kResourceExhausted) return Ok();  // output held
       if (!st) {
         if (st.error().code == Errc::kNotFound) {
           // A command we do not know (e.g. its sandbox record was rebuilt): let the agent

@@ -30,8 +30,13 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
     // Stores output; returns the stream's durable size (sent back as the ACK offset).
     std::function<Result<uint64_t>(uint32_t stream, store::OutputStream s, uint64_t offset,
                                    std::string_view bytes)> on_output;
-    // Records a command's end durably; the session then ACKs the exit.
+    // Records a command's end durably; the session then ACKs the exit. kResourceExhausted:
+    // not yet (its output is held); the exit stays unacknowledged and the agent sends it
+    // again after the next HELLO.
     std::function<Status(uint32_t stream, const Json& exit)> on_exit;
+    // Every HELLO after the first (optional): the frames that follow it are the agent's
+    // retransmission.
+    std::function<void(const Json& hello)> on_hello;
     // The connection ended (agent gone, or a protocol error). Not called after Close().
     std::function<void(const Error& why)> on_disconnect;
   };
@@ -55,6 +60,9 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
                                             Status* meanwhile_st);
   // Sends stdin bytes (chunked) to a command; eof closes its stdin afterwards.
   [[nodiscard]] Status SendStdin(uint32_t stream, std::string_view bytes, bool eof);
+  // Asks the agent for a fresh HELLO: it retransmits everything unacknowledged, and
+  // every pending EXIT (how held output resumes, guards.cc).
+  [[nodiscard]] Status RequestHello();
   void Close();
   bool connected() const { return connected_.load(); }
 

@@ -270,6 +270,8 @@ Status Platform::Signal(const std::string& sandbox_id, const std::string& cid, i
   auto r = (*session)->Call({{"op", "signal"}, {"stream", cmd->rec.stream}, {"signal", signal}}, {},
                             config_.agent_request_timeout_ms);
   if (!r) return tl::unexpected(r.error());
+  // A held command that ends has its last output let in: look soon (guards.cc).
+  if (sb->output_held) sb->probe_due_ms = NowUnixMillis() + 200;
   return Ok();
 }
 

@@ -52,6 +52,15 @@ struct Config {
   // Test hook: the daemon exits abruptly (like SIGKILL) when it reaches this named point
   // of an operation ("snapshot.frozen", "fork.parent_snapshot", "suspend.stopping", ...).
   std::string crash_point;
+  // Resource guards (guards.cc; docs/api.md "Resource guards").
+  int64_t max_output_bytes = 2ll << 30;     // limits.output_bytes unless asked; 0 = unlimited
+  int64_t default_disk_bytes = 10ll << 30;  // limits.disk_bytes unless asked; 0 = unlimited
+  int64_t min_free_bytes = -1;              // host reserve of the data dir; -1 = max(2 GiB, 5 %)
+  int64_t max_memory_commit = -1;           // sum of memory limits; -1 = RAM x 1.5, 0 = no limit
+  // Finished commands' output is deleted once older than this (0 = kept) or, oldest first,
+  // while a sandbox's stored output exceeds the byte budget (0 = no budget).
+  int64_t output_retention_s = 0;
+  int64_t output_retention_bytes = 0;
 };
 
 // Keys for Watch(): "op:<id>", "cmd:<sandbox>:<command>", "sb:<id>".
@@ -74,6 +83,7 @@ struct CreateSandboxRequest {
   std::string snapshot_id;           // or start from this snapshot (template ignored)
   std::string runtime;               // "" = default
   runtime::Limits limits;
+  int64_t output_bytes = -1;         // limits.output_bytes; -1 = Config::max_output_bytes
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> metadata;
   Json network;                      // the API's `network` field as given (null = none)
@@ -216,6 +226,12 @@ class Platform {
   // for a command without a pty or a bad size, kConflict once it has ended.
   [[nodiscard]] Status ResizeCommand(const std::string& sandbox_id, const std::string& cid,
                                      int cols, int rows);
+  // Deletes a finished command's stored output (kConflict while it runs); its space counts
+  // against the sandbox's output quota no more (guards.cc).
+  [[nodiscard]] Status DeleteOutput(const std::string& sandbox_id, const std::string& cid);
+  // Changes a sandbox's limits in place; only "output_bytes" can change on a live sandbox
+  // (kInvalidArgument for the others). Output held at the old quota goes on (guards.cc).
+  [[nodiscard]] Result<store::SandboxRecord> SetLimits(const std::string& id, const Json& limits);
 
   // Files (paths absolute inside the sandbox).
   [[nodiscard]] Result<Json> StatFile(const std::string& sandbox_id, const std::string& path);

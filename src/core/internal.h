@@ -32,6 +32,22 @@ struct Command {
   std::mutex mu;
   store::CommandRecord rec;
   std::unique_ptr<store::OutputLog> log;
+  // Guards (guards.cc), under mu: why output is not being stored ("" = it is), and whether
+  // frames were refused since the agent last retransmitted (later ones may start past the
+  // log's end until it does).
+  std::string held;
+  bool refused = false;
+  // The command has exited while its output was held by the quota: what its agent still
+  // buffers (at most one window per stream) is stored past the quota, so it can end.
+  bool exit_pending = false;
+  bool drain = false;
+  // Its output was deleted after its process ended (DeleteOutput): the rest the agent
+  // holds is acknowledged and not stored.
+  bool discard = false;
+  // Its main process has ended (a HELLO said so) while held by the quota: the sandbox may
+  // store up to this many bytes in all so the agent's last window can go in (0 = not set).
+  int64_t drain_until = 0;
+  bool process_ended = false;  // a HELLO said its main process was reaped
 };
 
 struct Platform::Sandbox {
@@ -45,6 +61,14 @@ struct Platform::Sandbox {
   std::mutex cmd_mu;  // guards the maps below
   std::map<uint32_t, std::shared_ptr<Command>> by_stream;       // live commands
   std::map<std::string, std::shared_ptr<Command>> commands;     // live commands by id
+
+  // Output quota (guards.cc). Set by InitGuards when the agent connects; read by the agent
+  // reader thread, hence atomics.
+  std::atomic<int64_t> output_quota{0};    // limits.output_bytes; 0 = unlimited
+  std::atomic<int64_t> output_stored{0};   // bytes in the sandbox's output logs
+  std::atomic<bool> output_held{false};    // some command's output is held
+  std::atomic<int64_t> oom_kills{-1};      // the instance's OOM kill count last seen
+  std::atomic<int64_t> probe_due_ms{0};    // when GuardTick next asks a held agent for HELLO
 };
 
 struct Platform::Impl {
@@ -71,6 +95,44 @@ struct Platform::Impl {
   std::deque<std::function<void()>> queue;
   std::vector<std::thread> workers;
   bool stopping = false;
+
+  // Resource guards (guards.cc).
+  std::atomic<bool> disk_low{false};      // the data dir's free space is below the reserve
+  std::atomic<int64_t> disk_free{0};      // bytes free there at the last look
+  std::atomic<int64_t> disk_reserve{0};
+  std::mutex admit_mu;                    // memory admission: check and commit as one
+  // Sets a sandbox's quota and counts its stored output. Caller holds sb.mu, before the
+  // agent session exists (ConnectAgent).
+  void InitGuards(Sandbox& sb);
+  // Appends output within the quota and the host reserve; holds the command (and returns
+  // the durable size, so the agent is not credited) when either is reached. Caller holds
+  // cmd.mu.
+  Result<uint64_t> StoreOutput(Sandbox& sb, Command& cmd, store::OutputStream s, uint64_t offset,
+                               std::string_view bytes);
+  // kResourceExhausted while an exiting command still has output held (the exit is then
+  // left unacknowledged; the agent sends it again after the output). Caller holds cmd.mu.
+  Status ExitComplete(Command& cmd, const Json& exit);
+  // True if the instance's OOM killer struck since the last look (a SIGKILLed command's
+  // exit then reports reason "oom_killed").
+  bool OomKilled(Sandbox& sb);
+  // The exit of `cmd` could not be recorded: on a full disk it is left unacknowledged
+  // (kResourceExhausted) and the agent sends it again once there is room; other errors
+  // are returned as they are.
+  Status DeferExit(Sandbox& sb, Command& cmd, const Error& why);
+  // A HELLO of a sandbox's agent (guards.cc): held commands whose main process has ended
+  // may store their last window past the quota.
+  void NoteHello(Sandbox& sb, const Json& hello);
+  // Looks at the data dir's free space; true if below the reserve.
+  bool RefreshDisk();
+  // kInsufficientStorage (507) naming what is full when the host reserve is reached.
+  Status AdmitDisk(const std::string& what);
+  // Memory admission of `count` sandboxes with this memory limit: the returned lock is
+  // held until their records are stored.
+  Result<std::unique_lock<std::mutex>> AdmitMemory(int64_t memory_bytes, int count);
+  // Reaper: refreshes the disk state, releases held output where there is room again,
+  // applies output retention.
+  void GuardTick();
+  std::atomic<int64_t> retention_due_ms{0};
 
   // Crash-test hook (Config::crash_point): exits the process at once when `point` matches.
   void CrashPoint(const char* point) const;

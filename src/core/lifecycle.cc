@@ -235,6 +235,7 @@ void Platform::Impl::ReaperLoop() {
 }
 
 void Platform::Impl::ReapOnce() {
+  GuardTick();
   std::vector<std::shared_ptr<Sandbox>> all;
   {
     std::lock_guard lock(mu);

@@ -21,9 +21,9 @@ std::string DigestHex(const std::string& digest) {
   return StartsWith(digest, "sha256:") ? digest.substr(7) : digest;
 }
 
-Json LimitsJson(const runtime::Limits& l) {
+Json LimitsJson(const runtime::Limits& l, int64_t output_bytes) {
   return {{"memory_bytes", l.memory_bytes}, {"pids", l.pids}, {"cpus", l.cpus},
-          {"disk_bytes", l.disk_bytes}, {"nofile", l.nofile}};
+          {"disk_bytes", l.disk_bytes}, {"nofile", l.nofile}, {"output_bytes", output_bytes}};
 }
 
 runtime::Limits LimitsFromJson(const Json& j) {
@@ -334,7 +334,8 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
   }
   if (runtimes.find(rt) == runtimes.end())
     return Fail(Errc::kInvalidArgument, "unknown runtime \"" + rt + "\"");
-  const auto& l = req.limits;
+  runtime::Limits l = req.limits;
+  if (l.disk_bytes == 0) l.disk_bytes = config.default_disk_bytes;  // guards: every sandbox a disk
   if (l.memory_bytes != 0 && l.memory_bytes < (16ll << 20))
     return Fail(Errc::kInvalidArgument, "limits.memory_bytes must be 0 (unlimited) or >= 16 MiB");
   if (l.pids != 0 && l.pids < 8) return Fail(Errc::kInvalidArgument, "limits.pids must be 0 or >= 8");
@@ -382,7 +383,8 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
   sb->rec.template_digest = template_digest;
   sb->rec.runtime = rt;
   sb->rec.state = "creating";
-  sb->rec.spec = {{"limits", LimitsJson(l)}, {"env", env}, {"network", policy->ToJson(true)},
+  const int64_t output_bytes = req.output_bytes < 0 ? config.max_output_bytes : req.output_bytes;
+  sb->rec.spec = {{"limits", LimitsJson(l, output_bytes)}, {"env", env}, {"network", policy->ToJson(true)},
                   {"template_config", template_config}};
   if (!req.snapshot_id.empty()) sb->rec.spec["from_snapshot"] = req.snapshot_id;
   sb->rec.metadata = meta;
@@ -402,6 +404,7 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
   std::string digest, snapshot;
   auto made = impl_->NewSandbox(req, &digest, &snapshot);
   if (!made) return tl::unexpected(made.error());
+  SPACE_TRY(impl_->AdmitDisk("create"));
   if (auto member = impl_->ClaimFromPool(req)) {
     // A warm sandbox takes on what the request asked for; its instance is already running.
     store::OperationRecord op;
@@ -413,6 +416,8 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
       member->rec.spec[key] = want.spec[key];
     }
     member->rec.spec.erase("pool");
+    member->rec.spec["limits"]["output_bytes"] = want.spec["limits"]["output_bytes"];
+    member->output_quota = want.spec["limits"].value("output_bytes", int64_t{0});
     member->rec.created_ms = NowUnixMillis();
     int64_t timeout_s = JsonIntOr(member->rec.spec, "timeout_s", 0);
     member->rec.spec["expires_ms"] = timeout_s > 0 ? member->rec.created_ms + timeout_s * 1000 : 0;
@@ -431,6 +436,9 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
     return std::make_pair(op, member->rec);
   }
   auto sb = *made;
+  // Memory admission: held until the record is stored, so concurrent creates add up.
+  auto admitted = impl_->AdmitMemory(req.limits.memory_bytes, 1);
+  if (!admitted) return tl::unexpected(admitted.error());
   // Counted from here until RunCreate is done with it.
   const int creating = impl_->creating.fetch_add(1);
   if (impl_->config.max_creating > 0 && creating >= impl_->config.max_creating) {
@@ -549,7 +557,8 @@ Status Platform::Impl::ConnectAgent(const std::shared_ptr<Sandbox>& sb, int64_t 
   std::weak_ptr<Sandbox> weak = sb;
   AgentSession::Handlers h;
   Platform* platform = self;
-  h.on_output = [weak, platform](uint32_t stream, store::OutputStream s, uint64_t offset,
+  InitGuards(*sb);
+  h.on_output = [weak, platform, this](uint32_t stream, store::OutputStream s, uint64_t offset,
                                  std::string_view bytes) -> Result<uint64_t> {
     auto sb = weak.lock();
     if (!sb) return offset + bytes.size();
@@ -567,7 +576,7 @@ Status Platform::Impl::ConnectAgent(const std::shared_ptr<Sandbox>& sb, int64_t 
     Result<uint64_t> size;
     {
       std::lock_guard l(cmd->mu);
-      size = cmd->log->Append(s, offset, bytes);
+      size = StoreOutput(*sb, *cmd, s, offset, bytes);
       key = "cmd:" + sb->rec.id + ":" + cmd->rec.id;
     }
     platform->notifier().Notify(key);
@@ -586,10 +595,12 @@ Status Platform::Impl::ConnectAgent(const std::shared_ptr<Sandbox>& sb, int64_t 
     store::CommandRecord rec;
     {
       std::lock_guard l(cmd->mu);
+      SPACE_TRY(ExitComplete(*cmd, exit));  // kResourceExhausted: output still held
       cmd->rec.state = "exited";
       if (auto c = JsonInt(exit, "exit_code")) cmd->rec.exit_code = static_cast<int>(*c);
       if (auto s = JsonInt(exit, "signal")) cmd->rec.signal = static_cast<int>(*s);
       cmd->rec.timed_out = JsonBoolOr(exit, "timed_out", false);
+      if (cmd->rec.signal == 9 && OomKilled(*sb)) cmd->rec.reason = "oom_killed";
       cmd->rec.ended_ms = NowUnixMillis();
       rec = cmd->rec;
     }
@@ -597,7 +608,7 @@ Status Platform::Impl::ConnectAgent(const std::shared_ptr<Sandbox>& sb, int64_t 
     // answer) need not wait for two fdatasyncs. No output can follow an exit, and until the
     // record is durable the agent keeps the exit unacknowledged, so a crash re-delivers it.
     (void)cmd->log->Sync();
-    SPACE_TRY(store->PutCommand(rec));
+    if (auto put = store->PutCommand(rec); !put) SPACE_TRY(DeferExit(*sb, *cmd, put.error()));
     const std::string key = "cmd:" + sb->rec.id + ":" + rec.id;
     {
       std::lock_guard l(sb->cmd_mu);
@@ -607,6 +618,9 @@ Status Platform::Impl::ConnectAgent(const std::shared_ptr<Sandbox>& sb, int64_t 
     sb->last_activity_ms = NowUnixMillis();
     self->notifier().Notify(key);
     return Ok();
+  };
+  h.on_hello = [weak, this](const Json& hello) {
+    if (auto sb = weak.lock()) NoteHello(*sb, hello);
   };
   h.on_disconnect = [weak, this](const Error& why) {
     Enqueue([this, weak, why] { OnAgentLost(weak, why); });

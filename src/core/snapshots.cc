@@ -69,6 +69,7 @@ Status Platform::Impl::FrozenSnapshot(Sandbox& sb, const std::string& snap_id) {
 Result<store::OperationRecord> Platform::SnapshotSandbox(const std::string& id) {
   auto sb = impl_->Find(id);
   if (!sb) return Fail(Errc::kNotFound, "no sandbox " + id);
+  SPACE_TRY(impl_->AdmitDisk("snapshot"));
   store::OperationRecord op;
   store::SnapshotRecord snap;
   {
@@ -165,6 +166,7 @@ Result<std::pair<store::OperationRecord, std::vector<store::SandboxRecord>>> Pla
     return Fail(Errc::kInvalidArgument, "count must be 1.." + std::to_string(kMaxFork));
   auto sb = impl_->Find(id);
   if (!sb) return Fail(Errc::kNotFound, "no sandbox " + id);
+  SPACE_TRY(impl_->AdmitDisk("fork"));
   store::OperationRecord op;
   std::vector<std::shared_ptr<Sandbox>> children;
   std::vector<store::SandboxRecord> recs;
@@ -179,6 +181,9 @@ Result<std::pair<store::OperationRecord, std::vector<store::SandboxRecord>>> Pla
     op.target = id;
     op.state = "pending";
     op.created_ms = op.updated_ms = NowUnixMillis();
+    const Json* lj = JsonField(sb->rec.spec, "limits");
+    auto admitted = impl_->AdmitMemory(lj ? JsonIntOr(*lj, "memory_bytes", 0) : 0, count);
+    if (!admitted) return tl::unexpected(admitted.error());
     // The children inherit the parent's configuration; each gets its own record now so
     // the caller learns their ids at once.
     for (int i = 0; i < count; ++i) {

@@ -718,6 +718,7 @@ Result<store::OperationRecord> Platform::BuildTemplate(const TemplateBuildReques
   TemplateBuildRequest req = in;
   if (req.tag.empty()) req.tag = "latest";
   if (req.name.empty()) return Fail(Errc::kInvalidArgument, "name is required");
+  SPACE_TRY(impl_->AdmitDisk("template build"));
   if (req.name.find(':') != std::string::npos || req.tag.find(':') != std::string::npos)
     return Fail(Errc::kInvalidArgument, "name and tag must not contain ':'");
   auto ref = ParseTemplateRef(req.name + ":" + req.tag);

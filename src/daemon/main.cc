@@ -11,6 +11,7 @@
 #include "api/api.h"
 #include "auth/auth.h"
 #include "core/core.h"
+#include "daemon/datadir_lock.h"
 #include "net/net.h"
 #include "runtime/microvm/microvm.h"
 #include "runtime/oci/oci.h"
@@ -102,6 +103,35 @@ int main(int argc, char** argv) {
   mvm.kernel = guest_dir + "/vmlinux";
   mvm.initrd = guest_dir + "/initrd.cpio";
   bool no_template_snapshots = false;
+  core::Config guard_defaults;
+  int64_t max_output_bytes = guard_defaults.max_output_bytes;
+  int64_t default_disk_bytes = guard_defaults.default_disk_bytes;
+  int64_t min_free_bytes = -1, max_memory_commit = -1;
+  int64_t output_retention_s = 0, output_retention_bytes = 0;
+  // Sizes: plain byte counts, or with a unit (512M, 10G; K/M/G/T are powers of 1024).
+  auto size = CLI::AsSizeValue(false);
+  app.add_option("--max-output-bytes", max_output_bytes,
+                 "stored output per sandbox unless its limits.output_bytes says otherwise; "
+                 "beyond it commands are held (0 = unlimited)")
+      ->capture_default_str()->transform(size);
+  app.add_option("--default-disk-bytes", default_disk_bytes,
+                 "disk of a sandbox that asks for none (0 = unlimited)")
+      ->capture_default_str()->transform(size);
+  app.add_option("--min-free-bytes", min_free_bytes,
+                 "free space kept in the data dir's filesystem: below it creates, snapshots, "
+                 "forks and builds get 507 and output is held (default: max(2G, 5%))")
+      ->transform(size);
+  app.add_option("--max-memory-commit", max_memory_commit,
+                 "sum of sandboxes' memory limits beyond which creates get 507 "
+                 "(default: RAM x 1.5; 0 = no limit)")
+      ->transform(size);
+  app.add_option("--output-retention", output_retention_s,
+                 "delete finished commands' output after this many seconds (0 = keep)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--output-retention-bytes", output_retention_bytes,
+                 "per sandbox, delete finished commands' output, oldest first, beyond this "
+                 "size (0 = no budget)")
+      ->capture_default_str()->transform(size);
   app.add_option("--default-runtime", default_runtime, "runtime of sandboxes that name none (oci, microvm)")
       ->capture_default_str();
   app.add_option("--microvm-kernel", mvm.kernel, "microVM guest kernel (vmlinux)")->capture_default_str();
@@ -197,6 +227,10 @@ int main(int argc, char** argv) {
   auto abs = sys::RealPath(data_dir);
   if (!abs) return Fatal("data dir", abs.error());
   data_dir = *abs;
+  // Before anything else touches the data dir: a second spaced must not run recovery
+  // against live state or take over the first one's agent connections.
+  auto dir_lock = daemon::LockDataDir(data_dir);
+  if (!dir_lock) return Fatal("data dir", dir_lock.error());
   // Searchable, not listable: the sandboxes' unprivileged root must reach its files below.
   ::chmod(data_dir.c_str(), 0711);
   if (agent_binary.empty()) agent_binary = sys::SelfExeDir() + "/space-agent";
@@ -271,6 +305,12 @@ int main(int argc, char** argv) {
   config.crash_point = crash_point;
   config.max_creating = max_creating;
   config.default_runtime = default_runtime;
+  config.max_output_bytes = max_output_bytes;
+  config.default_disk_bytes = default_disk_bytes;
+  config.min_free_bytes = min_free_bytes;
+  config.max_memory_commit = max_memory_commit;
+  config.output_retention_s = output_retention_s;
+  config.output_retention_bytes = output_retention_bytes;
   for (const auto& wp : warm_pools) {
     size_t eq = wp.rfind('=');
     int n = eq == std::string::npos ? -1 : std::atoi(wp.c_str() + eq + 1);

@@ -84,6 +84,11 @@ class Runtime {
   [[nodiscard]] virtual Result<std::vector<std::string>> List() = 0;
   // Host path of the unix socket the instance's agent listens on.
   virtual std::string AgentSocketPath(const std::string& id) const = 0;
+  // How many processes the kernel's OOM killer has killed in the instance so far (its
+  // memory cgroup's oom_kill count); kUnavailable where the runtime cannot tell.
+  [[nodiscard]] virtual Result<int64_t> OomKills(const std::string& id) {
+    return Fail(Errc::kUnavailable, "OOM kills are not counted by this runtime");
+  }
 
   // --- Runtimes with Capabilities::own_disk (the defaults answer "not supported") ---
 

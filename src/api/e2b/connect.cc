@@ -25,6 +25,8 @@ std::string_view CodeFor(Errc code) {
       return "unavailable";
     case Errc::kDeadlineExceeded:
       return "deadline_exceeded";
+    case Errc::kInsufficientStorage:
+      return "resource_exhausted";
     default:
       return "internal";
   }

@@ -20,6 +20,8 @@
 #include <sodium.h>
 #include <spdlog/spdlog.h>
 
+#include <sstream>
+
 #include "common/json.h"
 #include "runtime/oci/bundle.h"
 #include "runtime/oci/cgroups.h"
@@ -167,6 +169,7 @@ class OciRuntime final : public Runtime {
   Status Destroy(const std::string& id) override;
   Result<InstanceState> Inspect(const std::string& id) override;
   Result<std::vector<std::string>> List() override;
+  Result<int64_t> OomKills(const std::string& id) override;
   std::string AgentSocketPath(const std::string& id) const override {
     return RunDir(id) + "/agent.sock";
   }
@@ -203,6 +206,7 @@ class OciRuntime final : public Runtime {
   void WarmCgroupMigration();
   Status PauseResume(const std::string& id, bool pause);
   Status FreezeDirect(const std::string& id, bool freeze);
+  void ShieldAgentFromOom(const std::string& id);
   static Status UnmountAll(const std::string& path);
 
   OciOptions opts_;
@@ -535,7 +539,25 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
     return Fail(Errc::kInternal,
                 Basename(binary_) + " run: " + how + (text.empty() ? "" : ": " + text));
   }
+  ShieldAgentFromOom(id);
   return Ok();
+}
+
+void OciRuntime::ShieldAgentFromOom(const std::string& id) {
+  // Only the agent (the container's init) is in the cgroup right after the start. -999,
+  // not -1000: the agent stays killable if nothing else is, and commands (which the
+  // agent resets to 0) can at most tie with it, where the larger process loses.
+  const oci::Hierarchy* h = oci::FindHierarchy(hierarchies_, "memory");
+  if (!h) return;
+  auto procs = sys::ReadFile(h->mount_point + CgroupRel(id) + "/cgroup.procs");
+  if (!procs) return;
+  std::istringstream lines(*procs);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    auto fd = sys::Open("/proc/" + line + "/oom_score_adj", O_WRONLY);
+    if (!fd || !sys::WriteAll(fd->get(), "-999"))
+      spdlog::debug("oci: {}: cannot shield pid {} from the OOM killer", id, line);
+  }
 }
 
 Status OciRuntime::PauseResume(const std::string& id, bool pause) {
@@ -560,6 +582,20 @@ Status OciRuntime::PauseResume(const std::string& id, bool pause) {
     }
   }
   return Fail(Errc::kInternal, "oci: " + CmdError(std::string(verb) + " " + id, *r));
+}
+
+Result<int64_t> OciRuntime::OomKills(const std::string& id) {
+  if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "oci: bad id " + id);
+  const oci::Hierarchy* h = oci::FindHierarchy(hierarchies_, "memory");
+  if (!h) return Fail(Errc::kUnavailable, "no memory cgroup hierarchy");
+  // v1: memory.oom_control has "oom_kill N" (Linux 4.13+); v2: memory.events.
+  const std::string file =
+      h->mount_point + CgroupRel(id) + (h->v2 ? "/memory.events" : "/memory.oom_control");
+  auto text = sys::ReadFile(file);
+  if (!text) return tl::unexpected(text.error());
+  size_t pos = text->find("oom_kill ");
+  if (pos == std::string::npos) return Fail(Errc::kUnavailable, file + " has no oom_kill count");
+  return static_cast<int64_t>(std::strtoll(text->c_str() + pos + 9, nullptr, 10));
 }
 
 Status OciRuntime::FreezeDirect(const std::string& id, bool freeze) {
