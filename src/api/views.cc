@@ -19,6 +19,7 @@ Json SandboxJson(const store::SandboxRecord& r) {
           {"env", env ? *env : Json::object()},
           {"metadata", r.metadata},
           {"network", JsonBoolOr(r.spec, "network", false)},
+          {"public_traffic", JsonBoolOr(r.spec, "public_traffic", false)},
           {"timeout", JsonIntOr(r.spec, "timeout_s", 0)},
           {"on_timeout", JsonStringOr(r.spec, "on_timeout", "delete")},
           {"idle_timeout", JsonIntOr(r.spec, "idle_timeout_s", 0)},

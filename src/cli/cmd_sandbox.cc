@@ -42,6 +42,7 @@ struct CreateArgs {
   double cpus = 0;
   int64_t pids = 0;
   bool network = false;
+  bool public_traffic = false;
   bool async = false;
   double wait_timeout = 0;
   CLI::Option* cpus_opt = nullptr;
@@ -78,6 +79,13 @@ int RunCreate(Context& ctx, const CreateArgs& a) {
   if (!labels) return ReportUsage("--label: " + labels.error().message);
   if (!labels->empty()) body["metadata"] = *labels;
   if (a.network) body["network"] = true;
+  if (a.public_traffic) {
+    // network.public_traffic; the boolean form of `network` turns into the object then.
+    Json net = Json::object();
+    net["public_traffic"] = true;
+    if (a.network) net["mode"] = "internet";
+    body["network"] = net;
+  }
   if (!a.timeout.empty()) {
     auto t = ParseSeconds(a.timeout);
     if (!t) return ReportUsage("--timeout: " + t.error().message);
@@ -333,6 +341,8 @@ void AddSandboxCommands(CLI::App& app, Context& ctx) {
     a->cpus_opt = cmd->add_option("--cpus", a->cpus, "CPU limit (e.g. 1.5)");
     a->pids_opt = cmd->add_option("--pids", a->pids, "Process limit");
     cmd->add_flag("--network", a->network, "Give the sandbox network access");
+    cmd->add_flag("--public-traffic", a->public_traffic,
+                  "Its ports answer without a traffic credential (space url; docs/ports.md)");
     cmd->add_option("--timeout", a->timeout,
                     "Sandbox lifetime: SECS (or 30m, 2h) from creation; 0 = none (server "
                     "default 300)");

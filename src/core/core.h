@@ -76,6 +76,8 @@ struct CreateSandboxRequest {
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> metadata;
   bool network = false;
+  // Its ports answer HTTP clients without a traffic credential (docs/ports.md).
+  bool public_traffic = false;
   int64_t timeout_s = -1;            // -1 = Config::default_timeout_s; 0 = none
   std::string on_timeout;            // delete (default) | pause | suspend
   int64_t idle_timeout_s = 0;        // 0 = none
@@ -170,6 +172,11 @@ class Platform {
                                                              bool delete_snapshots);
   // What the sandbox's runtime can keep across pause/suspend/snapshot.
   [[nodiscard]] Result<runtime::Capabilities> CapabilitiesOf(const std::string& id);
+  // A path to a running sandbox's network namespace on the host, for ingress (docs/ports.md;
+  // see Runtime::NetNamespacePath for why callers re-check after opening it). kNotFound;
+  // kConflict when the sandbox is not running (paused, suspended, creating...);
+  // kUnavailable when its runtime has none on the host (microvm).
+  [[nodiscard]] Result<std::string> SandboxNetNamespace(const std::string& id);
 
   // Operations.
   [[nodiscard]] Result<store::OperationRecord> GetOperation(const std::string& id);

@@ -378,6 +378,7 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
   sb->rec.spec["expires_ms"] = 0;  // armed when the sandbox is running (BringUp)
   sb->rec.spec["snapshot_every_s"] = req.snapshot_every_s;
   sb->rec.spec["keep_last"] = req.keep_last;
+  sb->rec.spec["public_traffic"] = req.public_traffic;
   sb->last_activity_ms = sb->rec.created_ms;
   return sb;
 }

@@ -21,7 +21,7 @@ bool DefaultLimits(const runtime::Limits& l) {
 bool IsPoolMember(const store::SandboxRecord& rec) { return !PoolOf(rec).empty(); }
 
 std::shared_ptr<Platform::Sandbox> Platform::Impl::ClaimFromPool(const CreateSandboxRequest& req) {
-  if (config.warm_pools.empty() || !req.snapshot_id.empty() || req.network ||
+  if (config.warm_pools.empty() || !req.snapshot_id.empty() || req.network || req.public_traffic ||
       (!req.runtime.empty() && req.runtime != config.default_runtime) || !DefaultLimits(req.limits))
     return nullptr;
   auto parsed = ParseTemplateRef(req.template_ref.empty() ? config.default_template : req.template_ref);

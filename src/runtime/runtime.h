@@ -74,6 +74,13 @@ class Runtime {
   [[nodiscard]] virtual Result<std::vector<std::string>> List() = 0;
   // Host path of the unix socket the instance's agent listens on.
   virtual std::string AgentSocketPath(const std::string& id) const = 0;
+  // A path naming the network namespace of a running instance (e.g. /proc/<pid>/ns/net),
+  // which the host may open to make sockets inside the sandbox (ingress, docs/ports.md).
+  // Checked when called: kConflict when the instance does not run. A /proc path can name
+  // another process once the instance dies, so callers call again after opening it and
+  // keep the namespace only if the answer still holds. Default: kUnavailable (the
+  // runtime's sandboxes have no network namespace on the host, e.g. microvm).
+  [[nodiscard]] virtual Result<std::string> NetNamespacePath(const std::string& id);
 
   // --- Runtimes with Capabilities::own_disk (the defaults answer "not supported") ---
 

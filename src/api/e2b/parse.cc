@@ -45,8 +45,24 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   req.on_timeout = JsonBoolOr(body, "autoPause", false) ? "pause" : "delete";
   if (const Json* a = JsonField(body, "allow_internet_access"); a && a->is_boolean())
     req.network = a->get<bool>();
+  // E2B's default: a sandbox's port URLs are public unless network.allowPublicTraffic is
+  // false (then they need the trafficAccessToken).
+  req.public_traffic = true;
+  if (const Json* n = JsonField(body, "network"); n && !n->is_null()) {
+    if (!n->is_object()) return Fail(Errc::kInvalidArgument, "network must be an object");
+    for (const auto& [k, v] : n->items()) {
+      if (k == "allowPublicTraffic") {
+        if (!v.is_boolean() && !v.is_null())
+          return Fail(Errc::kInvalidArgument, "network.allowPublicTraffic must be a boolean");
+        if (v.is_boolean()) req.public_traffic = v.get<bool>();
+        continue;
+      }
+      bool empty = v.is_null() || (v.is_array() && v.empty()) || (v.is_object() && v.empty());
+      if (!empty) return Fail(Errc::kInvalidArgument, "network." + k + " is not supported by SPACE");
+    }
+  }
   // What SPACE has no equivalent for is refused rather than silently ignored.
-  for (const char* key : {"mcp", "volumeMounts", "iam", "network", "autoResume"}) {
+  for (const char* key : {"mcp", "volumeMounts", "iam", "autoResume"}) {
     const Json* f = JsonField(body, key);
     bool empty = !f || f->is_null() || (f->is_object() && f->empty()) || (f->is_array() && f->empty());
     if (key == std::string("autoResume") && f && f->is_object())
