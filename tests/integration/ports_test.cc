@@ -527,5 +527,33 @@ TEST_F(PortsTest, CliUrlAndPublicTraffic) {
   (void)c().DeleteSandboxAndWait(id, 30s);
 }
 
+
+TEST_F(PortsTest, KeepAliveConnectionIsAuthorisedPerRequest) {
+  std::string tok = UrlToken(private_, 8080);
+  int fd = Dial(port_);
+  ASSERT_GE(fd, 0);
+  auto exchange = [&](const std::string& extra) {
+    EXPECT_TRUE(sys::WriteAll(fd, "GET / HTTP/1.1\r\nHost: " + HostOf(8080, private_) + "\r\n" + extra + "\r\n"));
+    std::string got;
+    for (int i = 0; i < 100; ++i) {
+      got += ReadSome(fd, 100);
+      size_t end = got.find("\r\n\r\n");
+      if (end == std::string::npos) continue;
+      Response r = Parse(got);
+      size_t len = std::strtoull(r.Header("Content-Length").c_str(), nullptr, 10);
+      if (r.body.size() >= len) return r;
+    }
+    return Parse(got);
+  };
+  Response first = exchange("Space-Traffic-Token: " + tok + "\r\n");
+  EXPECT_EQ(first.status, 200) << first.head;
+  EXPECT_EQ(first.body, "hello from the sandbox\n");
+  EXPECT_EQ(first.Header("Connection"), "") << "kept alive: " << first.head;
+  // Same connection, no credential this time: refused, not carried over.
+  Response second = exchange("");
+  EXPECT_EQ(second.status, 401) << second.head;
+  ::close(fd);
+}
+
 }  // namespace
 }  // namespace space::testing
