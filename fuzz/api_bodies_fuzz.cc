@@ -47,7 +47,7 @@ bool SameCreate(const core::CreateSandboxRequest& a, const core::CreateSandboxRe
          a.limits.pids == b.limits.pids && a.limits.cpus == b.limits.cpus &&
          a.limits.disk_bytes == b.limits.disk_bytes && a.limits.nofile == b.limits.nofile &&
          a.env == b.env && a.metadata == b.metadata && a.network == b.network &&
-         a.public_traffic == b.public_traffic && a.timeout_s == b.timeout_s && a.on_timeout == b.on_timeout &&
+         a.timeout_s == b.timeout_s && a.on_timeout == b.on_timeout &&
          a.idle_timeout_s == b.idle_timeout_s && a.snapshot_every_s == b.snapshot_every_s &&
          a.keep_last == b.keep_last;
 }
@@ -70,8 +70,7 @@ void Create(const Json& body) {
                           {"nofile", r->limits.nofile}}},
               {"env", r->env},
               {"metadata", r->metadata},
-              {"network", {{"mode", r->network ? "internet" : "none"},
-                           {"public_traffic", r->public_traffic}}},
+              {"network", r->network},
               {"on_timeout", r->on_timeout},
               {"idle_timeout", r->idle_timeout_s},
               {"snapshot_every", r->snapshot_every_s},

@@ -42,6 +42,9 @@ const AccessRule kAccessRules[] = {
     {"POST", "/v1/sandboxes/{sb}/suspend", kSandboxLifecycle},
     {"POST", "/v1/sandboxes/{sb}/wake", kSandboxLifecycle},
     {"POST", "/v1/sandboxes/{sb}/timeout", kSandboxLifecycle},
+    // The policy may be read by the sandbox's token; changing it is the operator's (code
+    // inside a sandbox must not widen its own egress). PUT is therefore not listed.
+    {"GET", "/v1/sandboxes/{sb}/network", kSandboxRead},
     {"POST", "/v1/sandboxes/{sb}/snapshots", kSnapshots},
     {"GET", "/v1/sandboxes/{sb}/snapshots", kSnapshots},
     {"GET", "/v1/snapshots/{snap}", kSnapshots},

@@ -180,27 +180,11 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   if (!meta) return tl::unexpected(meta.error());
   req.metadata = std::move(*meta);
   if (const Json* n = JsonField(body, "network")) {
-    // A boolean (outbound network on/off), or an object: {"mode": "none"|"internet",
-    // "public_traffic": bool} (ports reachable without a traffic credential, docs/ports.md).
-    if (n->is_object()) {
-      for (const auto& [k, v] : n->items()) {
-        if (k == "mode") {
-          if (!v.is_string() || (v != "none" && v != "internet"))
-            return Fail(Errc::kInvalidArgument, "network.mode must be \"none\" or \"internet\"");
-          req.network = v == "internet";
-        } else if (k == "public_traffic") {
-          if (!v.is_boolean())
-            return Fail(Errc::kInvalidArgument, "network.public_traffic must be a boolean");
-          req.public_traffic = v.get<bool>();
-        } else {
-          return Fail(Errc::kInvalidArgument, "unknown field \"network." + k + "\"");
-        }
-      }
-    } else if (n->is_boolean()) {
-      req.network = n->get<bool>();
-    } else {
-      return Fail(Errc::kInvalidArgument, "network must be a boolean or an object");
-    }
+    // Checked by core against this daemon's presets (net::ParsePolicy).
+    if (!n->is_boolean() && !n->is_object() && !n->is_null())
+      return Fail(Errc::kInvalidArgument,
+                  "network must be an object {mode, allow_out, deny_out, public_traffic, secrets}");
+    req.network = *n;
   }
   for (const char* key : {"snapshot_every", "keep_last"}) {
     if (const Json* t = JsonField(body, key)) {

@@ -37,32 +37,15 @@ TEST(ParseQuery, ValuesAndRanges) {
   EXPECT_FALSE(ParseSandboxFilter(ParseTarget("/?label==x").query));
 }
 
-TEST(ParseBodies, NetworkBooleanOrObjectWithPublicTraffic) {
-  auto old = ParseCreate(Json{{"network", true}});
-  ASSERT_TRUE(old);
-  EXPECT_TRUE(old->network);
-  EXPECT_FALSE(old->public_traffic);
-  auto obj = ParseCreate(Json{{"network", {{"public_traffic", true}}}});
-  ASSERT_TRUE(obj);
-  EXPECT_FALSE(obj->network);
-  EXPECT_TRUE(obj->public_traffic);
-  auto both = ParseCreate(Json{{"network", {{"mode", "internet"}, {"public_traffic", false}}}});
-  ASSERT_TRUE(both);
-  EXPECT_TRUE(both->network);
-  EXPECT_FALSE(both->public_traffic);
-  EXPECT_FALSE(ParseCreate(Json{{"network", {{"public_traffic", "yes"}}}}));
-  EXPECT_FALSE(ParseCreate(Json{{"network", {{"mode", "open"}}}}));
-  EXPECT_FALSE(ParseCreate(Json{{"network", {{"bogus", 1}}}}));
-  EXPECT_FALSE(ParseCreate(Json{{"network", 1}}));
-  // E2B: public unless network.allowPublicTraffic is false; other network fields refused.
+TEST(ParseBodies, E2bPortsArePublicUnlessAllowPublicTrafficIsFalse) {
+  // As on E2B (docs/ports.md#e2b).
   auto e = e2b::ParseCreate(Json{{"templateID", "base"}});
   ASSERT_TRUE(e);
-  EXPECT_TRUE(e->public_traffic);
+  EXPECT_EQ(JsonBoolOr(e->network, "public_traffic", false), true);
+  EXPECT_EQ(JsonStringOr(e->network, "mode", ""), "none");
   e = e2b::ParseCreate(Json{{"templateID", "base"}, {"network", {{"allowPublicTraffic", false}}}});
   ASSERT_TRUE(e);
-  EXPECT_FALSE(e->public_traffic);
-  EXPECT_FALSE(e2b::ParseCreate(
-      Json{{"templateID", "base"}, {"network", {{"allowOut", Json::array({"1.2.3.4"})}}}}));
+  EXPECT_EQ(JsonBoolOr(e->network, "public_traffic", true), false);
 }
 
 TEST(ParseBodies, TimeoutBeyondAYearIsRefusedNotConverted) {

@@ -490,7 +490,7 @@ Awaitable<bool> RoutePortsHost(Ctx& ctx) {
   std::string raw(ctx.req().target());
   std::string target = net::StripQueryParam(raw, net::kTrafficQueryParam, nullptr);
   std::vector<std::pair<std::string, std::string>> headers;
-  if (!JsonBoolOr(rec->spec, "public_traffic", false)) {
+  if (!core::Platform::StoredPolicy(*rec).public_traffic) {
     Credential cred = FindCredential(ctx);
     if (cred.from == Credential::From::kNone) {
       co_await ReplyFailure(ctx, Form::kHost, 401,
@@ -587,7 +587,7 @@ Awaitable<bool> RoutePorts(Ctx& ctx) {
     tc.port = port;
     tc.expires_s = exp;
     std::string token = ctx.opts->signing_keys->MintTraffic(tc);
-    const bool pub = JsonBoolOr(rec->spec, "public_traffic", false);
+    const bool pub = core::Platform::StoredPolicy(*rec).public_traffic;
     // The port this request reached spaced on is the one the URL's client will use too.
     beast::error_code lec;
     int listen_port = ctx.stream->socket().local_endpoint(lec).port();

@@ -237,6 +237,36 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
     co_return false;
   }
 
+  if (s.size() == 4 && s[1] == "sandboxes" && s[3] == "network") {
+    const std::string id = s[2];
+    if (ctx.method == "GET") {
+      auto n = co_await ctx.Blocking([&] { return p->GetNetwork(id); });
+      if (!n) {
+        co_await ctx.ReplyError(n.error());
+      } else {
+        co_await ctx.Reply(200, *n);
+      }
+      co_return true;
+    }
+    if (ctx.method != "PUT") {
+      co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "method not allowed"});
+      co_return true;
+    }
+    auto body = co_await ctx.ReadJson();
+    if (!body) {
+      co_await ctx.ReplyError(body.error());
+      co_return true;
+    }
+    Json b = std::move(*body);
+    auto n = co_await ctx.Blocking([&] { return p->SetNetwork(id, b); });
+    if (!n) {
+      co_await ctx.ReplyError(n.error());
+    } else {
+      co_await ctx.Reply(200, *n);
+    }
+    co_return true;
+  }
+
   if (s.size() == 4 && s[1] == "sandboxes" && s[3] == "timeout") {
     if (ctx.method != "POST") {
       co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "method not allowed"});

@@ -6,6 +6,15 @@ namespace {
 Json TimeOrNull(int64_t ms) { return ms > 0 ? Json(FormatRfc3339(ms)) : Json(nullptr); }
 }  // namespace
 
+Json NetworkJson(const store::SandboxRecord& r) {
+  Json n = core::Platform::StoredPolicy(r).ToJson(/*with_secret_values=*/false);
+  if (const Json* a = JsonField(r.spec, "net")) {
+    n["sandbox_ip"] = JsonStringOr(*a, "sandbox_ip", "");
+    n["gateway_ip"] = JsonStringOr(*a, "gateway_ip", "");
+  }
+  return n;
+}
+
 Json SandboxJson(const store::SandboxRecord& r) {
   const Json* limits = JsonField(r.spec, "limits");
   const Json* env = JsonField(r.spec, "env");
@@ -18,8 +27,7 @@ Json SandboxJson(const store::SandboxRecord& r) {
           {"limits", limits ? *limits : Json::object()},
           {"env", env ? *env : Json::object()},
           {"metadata", r.metadata},
-          {"network", JsonBoolOr(r.spec, "network", false)},
-          {"public_traffic", JsonBoolOr(r.spec, "public_traffic", false)},
+          {"network", NetworkJson(r)},
           {"timeout", JsonIntOr(r.spec, "timeout_s", 0)},
           {"on_timeout", JsonStringOr(r.spec, "on_timeout", "delete")},
           {"idle_timeout", JsonIntOr(r.spec, "idle_timeout_s", 0)},

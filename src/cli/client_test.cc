@@ -899,7 +899,24 @@ TEST(Cli, ListingsAndCreate) {
             (Json{{"template", "base:latest"},
                   {"limits", {{"memory_bytes", 512 << 20}, {"cpus", 1.5}}},
                   {"metadata", {{"team", "a"}}},
-                  {"network", true}}));
+                  {"network", {{"mode", "internet"}}}}));
+  // The network flags become the API's policy object.
+  auto net = RunCli({"--url", server.url(), "create", "--net", "internet", "--allow-out", "pypi",
+                     "--allow-out", "203.0.113.0/24", "--deny-out", "198.51.100.0/24", "--secret",
+                     "TOKEN=s3cr=t@api.example.test,*.example.org", "--public-traffic"});
+  EXPECT_EQ(net.exit_code, 0) << net.err;
+  EXPECT_EQ((*ParseJson(server.requests().at(1).body))["network"],
+            (Json{{"mode", "internet"},
+                  {"allow_out", {"pypi", "203.0.113.0/24"}},
+                  {"deny_out", {"198.51.100.0/24"}},
+                  {"public_traffic", true},
+                  {"secrets", {{{"name", "TOKEN"}, {"value", "s3cr=t"},
+                                {"hosts", {"api.example.test", "*.example.org"}}}}}}));
+  auto bad = RunCli({"--url", server.url(), "create", "--secret", "TOKEN=x"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("NAME=VALUE@HOST"), std::string::npos) << bad.err;
+  bad = RunCli({"--url", server.url(), "create", "--net", "wifi"});
+  EXPECT_EQ(bad.exit_code, 2);
 
   auto json = RunCli({"--url", server.url(), "ls", "--json", "--label", "team=a"});
   EXPECT_EQ(json.exit_code, 0) << json.err;

@@ -42,12 +42,58 @@ struct CreateArgs {
   double cpus = 0;
   int64_t pids = 0;
   bool network = false;
+  std::string net_mode;
+  std::vector<std::string> allow_out, deny_out, secrets;
   bool public_traffic = false;
   bool async = false;
   double wait_timeout = 0;
   CLI::Option* cpus_opt = nullptr;
   CLI::Option* pids_opt = nullptr;
 };
+
+// --net none|internet, --allow-out, --deny-out, --secret NAME=VALUE@HOST[,HOST...],
+// --public-traffic (and the older --network = --net internet) as the API's network object;
+// null when none of them was given.
+Result<Json> NetworkBody(const std::string& mode, bool network_flag,
+                         const std::vector<std::string>& allow_out,
+                         const std::vector<std::string>& deny_out,
+                         const std::vector<std::string>& secrets, bool public_traffic) {
+  if (!mode.empty() && mode != "none" && mode != "internet")
+    return Fail(Errc::kInvalidArgument, "--net must be none or internet, not \"" + mode + "\"");
+  if (network_flag && mode == "none")
+    return Fail(Errc::kInvalidArgument, "--network and --net none exclude each other");
+  if (mode.empty() && !network_flag && allow_out.empty() && deny_out.empty() && secrets.empty() &&
+      !public_traffic)
+    return Json(nullptr);
+  Json n = Json::object();
+  if (network_flag) n["mode"] = "internet";
+  if (!mode.empty()) n["mode"] = mode;
+  if (!allow_out.empty()) n["allow_out"] = allow_out;
+  if (!deny_out.empty()) n["deny_out"] = deny_out;
+  if (public_traffic) n["public_traffic"] = true;
+  if (!secrets.empty()) {
+    Json list = Json::array();
+    for (const auto& s : secrets) {
+      size_t eq = s.find('='), at = s.rfind('@');
+      if (eq == std::string::npos || eq == 0 || at == std::string::npos || at < eq || at + 1 == s.size())
+        return Fail(Errc::kInvalidArgument,
+                    "--secret wants NAME=VALUE@HOST[,HOST...] (the hosts it may be sent to), not \"" +
+                        s.substr(0, eq == std::string::npos ? s.size() : eq) + "=...\"");
+      Json hosts = Json::array();
+      std::string rest = s.substr(at + 1);
+      size_t start = 0;
+      while (start <= rest.size()) {
+        size_t comma = rest.find(',', start);
+        if (comma == std::string::npos) comma = rest.size();
+        if (comma > start) hosts.push_back(rest.substr(start, comma - start));
+        start = comma + 1;
+      }
+      list.push_back({{"name", s.substr(0, eq)}, {"value", s.substr(eq + 1, at - eq - 1)}, {"hosts", hosts}});
+    }
+    n["secrets"] = list;
+  }
+  return n;
+}
 
 int RunCreate(Context& ctx, const CreateArgs& a) {
   Json body = Json::object();
@@ -78,13 +124,11 @@ int RunCreate(Context& ctx, const CreateArgs& a) {
   auto labels = KeyValuesToObject(a.labels);
   if (!labels) return ReportUsage("--label: " + labels.error().message);
   if (!labels->empty()) body["metadata"] = *labels;
-  if (a.network) body["network"] = true;
-  if (a.public_traffic) {
-    // network.public_traffic; the boolean form of `network` turns into the object then.
-    Json net = Json::object();
-    net["public_traffic"] = true;
-    if (a.network) net["mode"] = "internet";
-    body["network"] = net;
+  {
+    auto network = NetworkBody(a.net_mode, a.network, a.allow_out, a.deny_out, a.secrets,
+                               a.public_traffic);
+    if (!network) return ReportUsage(network.error().message);
+    if (!network->is_null()) body["network"] = *network;
   }
   if (!a.timeout.empty()) {
     auto t = ParseSeconds(a.timeout);
@@ -153,6 +197,29 @@ int RunLs(Context& ctx, const LsArgs& a) {
 
 // ---- get ----
 
+std::string NetworkLine(const Json& sb) {
+  const Json* n = JsonField(sb, "network");
+  if (!n || !n->is_object()) return "none";
+  std::string line = JsonStringOr(*n, "mode", "none");
+  auto list = [&](const char* key) {
+    std::string out;
+    if (const Json* l = JsonField(*n, key); l && l->is_array()) {
+      for (const auto& e : *l) out += (out.empty() ? "" : ",") + (e.is_string() ? e.get<std::string>() : e.dump());
+    }
+    return out;
+  };
+  if (auto a = list("allow_out"); !a.empty()) line += " allow_out=" + a;
+  if (auto d = list("deny_out"); !d.empty()) line += " deny_out=" + d;
+  if (const Json* s = JsonField(*n, "secrets"); s && s->is_array() && !s->empty()) {
+    std::string names;
+    for (const auto& e : *s) names += (names.empty() ? "" : ",") + JsonStringOr(e, "name", "?");
+    line += " secrets=" + names;
+  }
+  if (JsonBoolOr(*n, "public_traffic", false)) line += " public_traffic";
+  if (auto ip = JsonStringOr(*n, "sandbox_ip", ""); !ip.empty()) line += " ip=" + ip;
+  return line;
+}
+
 int RunGet(Context& ctx, const std::string& id) {
   auto c = ctx.GetClient();
   if (!c) return ReportError(c.error());
@@ -182,13 +249,55 @@ int RunGet(Context& ctx, const std::string& id) {
       {"Template:", tmpl},
       {"Runtime:", Cell(*sb, "runtime")},
       {"Limits:", limits.empty() ? "-" : limits},
-      {"Network:", Cell(*sb, "network")},
+      {"Network:", NetworkLine(*sb)},
       {"Env:", env.empty() ? "-" : env},
       {"Labels:", labels.empty() ? "-" : labels},
       {"Created:", Cell(*sb, "created_at") + " (" + Age(*sb, "created_at") + " ago)"},
       {"Updated:", Cell(*sb, "updated_at")},
   };
   PrintText(FormatTable(rows));
+  return 0;
+}
+
+// ---- network ----
+
+struct NetworkArgs {
+  std::string id, mode;
+  std::vector<std::string> allow_out, deny_out;
+  bool set = false;
+};
+
+// Shows a sandbox's policy and recent egress decisions, or (with a rule flag) replaces the
+// egress part of its policy.
+int RunNetwork(Context& ctx, const NetworkArgs& a) {
+  auto c = ctx.GetClient();
+  if (!c) return ReportError(c.error());
+  const std::string path = "/v1/sandboxes/" + a.id + "/network";
+  Result<Json> r = Json();
+  if (a.set) {
+    Json body = {{"allow_out", a.allow_out}, {"deny_out", a.deny_out}};
+    if (!a.mode.empty()) body["mode"] = a.mode;
+    r = (*c)->Call("PUT", path, body);
+  } else {
+    r = (*c)->Call("GET", path);
+  }
+  if (!r) return ReportError(r.error());
+  if (ctx.globals.json || a.set) {
+    PrintJson(*r);
+    return 0;
+  }
+  std::string out = "Policy: " + NetworkLine(Json{{"network", *r}}) + "\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"TIME", "PROTO", "DESTINATION", "PORT", "NAME", "VERDICT", "REASON", "OUT", "IN"}};
+  if (const Json* d = JsonField(*r, "decisions"); d && d->is_array()) {
+    for (const auto& e : *d) {
+      rows.push_back({Cell(e, "time"), Cell(e, "proto"), Cell(e, "destination"), Cell(e, "port"),
+                      Cell(e, "name"), Cell(e, "verdict"), Cell(e, "reason"),
+                      FormatBytes(JsonIntOr(e, "bytes_out", 0)),
+                      FormatBytes(JsonIntOr(e, "bytes_in", 0))});
+    }
+  }
+  PrintText(out + FormatTable(rows));
   return 0;
 }
 
@@ -340,9 +449,21 @@ void AddSandboxCommands(CLI::App& app, Context& ctx) {
     cmd->add_option("-m,--memory", a->memory, "Memory limit: bytes or 512M, 2G");
     a->cpus_opt = cmd->add_option("--cpus", a->cpus, "CPU limit (e.g. 1.5)");
     a->pids_opt = cmd->add_option("--pids", a->pids, "Process limit");
-    cmd->add_flag("--network", a->network, "Give the sandbox network access");
+    cmd->add_flag("--network", a->network, "Same as --net internet");
+    cmd->add_option("--net", a->net_mode,
+                    "Network: none (default: loopback only) or internet (egress by policy)");
+    cmd->add_option("--allow-out", a->allow_out,
+                    "Allow only these destinations: CIDR, domain, *.domain or a preset "
+                    "(pypi, npm, github, debian) (repeatable)")
+        ->allow_extra_args(false);
+    cmd->add_option("--deny-out", a->deny_out, "Deny these CIDRs (repeatable)")
+        ->allow_extra_args(false);
+    cmd->add_option("--secret", a->secrets,
+                    "NAME=VALUE@HOST[,HOST...]: the sandbox sees a placeholder in $NAME; the "
+                    "egress proxy sends VALUE only over TLS to those hosts (repeatable)")
+        ->allow_extra_args(false);
     cmd->add_flag("--public-traffic", a->public_traffic,
-                  "Its ports answer without a traffic credential (space url; docs/ports.md)");
+                  "The sandbox's ports are reachable by URL without a traffic credential");
     cmd->add_option("--timeout", a->timeout,
                     "Sandbox lifetime: SECS (or 30m, 2h) from creation; 0 = none (server "
                     "default 300)");
@@ -355,6 +476,23 @@ void AddSandboxCommands(CLI::App& app, Context& ctx) {
     cmd->add_option("--wait-timeout", a->wait_timeout,
                     "Give up waiting after SECS (default: no limit)");
     cmd->callback([&ctx, a] { ctx.exit_code = RunCreate(ctx, *a); });
+  }
+  {
+    auto a = std::make_shared<NetworkArgs>();
+    CLI::App* cmd = app.add_subcommand(
+        "network", "Show a sandbox's network policy and recent egress decisions, or change it");
+    cmd->add_option("id", a->id, "Sandbox id")->required();
+    cmd->add_option("--net", a->mode, "none or internet");
+    cmd->add_option("--allow-out", a->allow_out, "Replace allow_out (repeatable)")->allow_extra_args(false);
+    cmd->add_option("--deny-out", a->deny_out, "Replace deny_out (repeatable)")->allow_extra_args(false);
+    auto* set = cmd->add_flag("--set", a->set,
+                              "Replace the egress rules with the ones given (none given: allow all)");
+    (void)set;
+    cmd->callback([&ctx, a] {
+      NetworkArgs args = *a;
+      if (!args.allow_out.empty() || !args.deny_out.empty() || !args.mode.empty()) args.set = true;
+      ctx.exit_code = RunNetwork(ctx, args);
+    });
   }
   {
     auto a = std::make_shared<LsArgs>();

@@ -22,6 +22,7 @@
 #include "common/common.h"
 #include "common/json.h"
 #include "core/template_build.h"
+#include "net/net.h"
 #include "runtime/runtime.h"
 #include "store/store.h"
 #include "storage/storage.h"
@@ -75,9 +76,7 @@ struct CreateSandboxRequest {
   runtime::Limits limits;
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> metadata;
-  bool network = false;
-  // Its ports answer HTTP clients without a traffic credential (docs/ports.md).
-  bool public_traffic = false;
+  Json network;                      // the API's `network` field as given (null = none)
   int64_t timeout_s = -1;            // -1 = Config::default_timeout_s; 0 = none
   std::string on_timeout;            // delete (default) | pause | suspend
   int64_t idle_timeout_s = 0;        // 0 = none
@@ -123,7 +122,8 @@ class Platform {
  public:
   [[nodiscard]] static Result<std::unique_ptr<Platform>> Create(
       Config config, std::unique_ptr<store::Store> store, std::unique_ptr<storage::Driver> storage,
-      std::map<std::string, std::unique_ptr<runtime::Runtime>> runtimes);
+      std::map<std::string, std::unique_ptr<runtime::Runtime>> runtimes,
+      std::unique_ptr<net::Network> network = nullptr);
   ~Platform();
 
   // Builds the built-in `base:latest` template (busybox) if it is missing.
@@ -170,6 +170,17 @@ class Platform {
   // Deletes a sandbox and, when asked, its snapshots.
   [[nodiscard]] Result<store::OperationRecord> DeleteSandbox(const std::string& id,
                                                              bool delete_snapshots);
+  // Networking (network.cc). The policy ({mode, allow_out, deny_out, public_traffic,
+  // secrets: names and hosts only}), the sandbox's addresses and its recent egress
+  // decisions.
+  [[nodiscard]] Result<Json> GetNetwork(const std::string& id);
+  // Replaces the egress part of a running (or paused) sandbox's policy ({mode, allow_out,
+  // deny_out}); new flows follow it at once and flows it refuses are cut. kInvalidArgument
+  // for a bad policy (nothing changes), kConflict for a sandbox in another state or
+  // without networking (mode none at create), kUnavailable when spaced has none.
+  [[nodiscard]] Result<Json> SetNetwork(const std::string& id, const Json& body);
+  // The parsed policy stored in a sandbox record (mode none for records without one).
+  static net::Policy StoredPolicy(const store::SandboxRecord& rec);
   // What the sandbox's runtime can keep across pause/suspend/snapshot.
   [[nodiscard]] Result<runtime::Capabilities> CapabilitiesOf(const std::string& id);
   // A path to a running sandbox's network namespace on the host, for ingress (docs/ports.md;

@@ -54,6 +54,7 @@ struct Platform::Impl {
   std::unique_ptr<storage::Driver> storage;
   std::atomic<int> creating{0};  // cold creates accepted and not yet finished
   std::map<std::string, std::unique_ptr<runtime::Runtime>> runtimes;
+  std::unique_ptr<net::Network> network;  // null: no networking on this daemon
 
   std::mutex mu;  // guards sandboxes
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes;
@@ -146,6 +147,15 @@ struct Platform::Impl {
   void RunTransition(std::shared_ptr<Sandbox> sb, store::OperationRecord op);
   // Releases every resource of a sandbox and deletes its records. Caller holds sb->mu.
   Status Teardown(Sandbox& sb);
+
+  // Networking (network.cc). Starts the sandbox's instance from `spec`, attaching its
+  // network first when its policy asks for one (the attachment is recorded in
+  // rec.spec["net"] and its proxy variables in rec.spec["env"]). Caller holds sb->mu.
+  Status StartInstance(Sandbox& sb, runtime::Runtime* rt, runtime::InstanceSpec spec);
+  // Destroys a sandbox's instance and then its network (idempotent; rt may be null).
+  Status DestroyInstance(runtime::Runtime* rt, const std::string& id);
+  // After recovery: the data plane for every sandbox whose instance still runs.
+  void ReconcileNetwork();
 };
 
 }  // namespace space::core

@@ -137,7 +137,7 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
           SPACE_TRY_WRAP(rt->Suspend(id), "suspend instance");
         } else {
           LoseCommands(*sb, "the sandbox was suspended; its processes were stopped");
-          SPACE_TRY_WRAP(rt->Destroy(id), "stop instance");
+          SPACE_TRY_WRAP(DestroyInstance(rt, id), "stop instance");
         }
         CrashPoint("suspend.stopped");
         sb->rec.state = "suspended";
@@ -154,7 +154,7 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
         SPACE_TRY_WRAP(storage->Remount(id), "mount root filesystem");
         std::string root = storage->RootPath(id);
         if (root.empty()) return Fail(Errc::kInternal, "the sandbox's root filesystem is gone");
-        started = rt->Start(InstanceSpecFor(sb->rec, root));
+        started = StartInstance(*sb, rt, InstanceSpecFor(sb->rec, root));
       }
       if (!started) return tl::unexpected(std::move(started.error()).Wrap("start instance"));
       CrashPoint("wake.started");
@@ -192,7 +192,7 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
           sb->session->Close();
           sb->session.reset();
         }
-        if (rt) (void)rt->Destroy(id);
+        (void)DestroyInstance(rt, id);
         sb->rec.state = "suspended";
         sb->rec.reason = op.kind + " failed: " + st.error().message;
       } else if (rt) {

@@ -45,7 +45,7 @@ runtime::InstanceSpec InstanceSpecFor(const store::SandboxRecord& rec, const std
   spec.hostname = "sandbox";
   const Json* lj = JsonField(rec.spec, "limits");
   spec.limits = LimitsFromJson(lj ? *lj : Json::object());
-  spec.network = JsonBoolOr(rec.spec, "network", false);
+  spec.network = Platform::StoredPolicy(rec).internet();
   bool have_path = false;
   if (const Json* tc = JsonField(rec.spec, "template_config")) {
     if (const Json* env = JsonField(*tc, "env"); env && env->is_array()) {
@@ -203,7 +203,8 @@ Platform::~Platform() { Shutdown(); }
 
 Result<std::unique_ptr<Platform>> Platform::Create(
     Config config, std::unique_ptr<store::Store> store, std::unique_ptr<storage::Driver> storage,
-    std::map<std::string, std::unique_ptr<runtime::Runtime>> runtimes) {
+    std::map<std::string, std::unique_ptr<runtime::Runtime>> runtimes,
+    std::unique_ptr<net::Network> network) {
   if (runtimes.find(config.default_runtime) == runtimes.end())
     return Fail(Errc::kInvalidArgument, "default runtime " + config.default_runtime + " is not available");
   SPACE_TRY(sys::MkdirAll(config.data_dir + "/logs", 0700));
@@ -216,6 +217,7 @@ Result<std::unique_ptr<Platform>> Platform::Create(
   impl.store = std::move(store);
   impl.storage = std::move(storage);
   impl.runtimes = std::move(runtimes);
+  impl.network = std::move(network);
   for (int i = 0; i < std::max(1, impl.config.worker_threads); ++i) {
     impl.workers.emplace_back([&impl] { impl.WorkerLoop(); });
   }
@@ -289,6 +291,9 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
     rt = JsonStringOr(snap->source, "runtime", config.default_runtime);
     if (const Json* tc = JsonField(snap->source, "template_config")) template_config = *tc;
     if (const Json* e = JsonField(snap->source, "env"); e && e->is_object()) base_env = *e;
+    // The source's proxy settings belong to its own network attachment.
+    for (const char* k : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy"})
+      base_env.erase(k);
     *source_snapshot = req.snapshot_id;
   } else {
     std::string ref = req.template_ref.empty() ? config.default_template : req.template_ref;
@@ -338,7 +343,17 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
     return Fail(Errc::kInvalidArgument, "limits.disk_bytes must be 0 (unlimited) or >= 1 MiB");
   if (l.nofile != 0 && (l.nofile < 64 || l.nofile > (1 << 20)))
     return Fail(Errc::kInvalidArgument, "limits.nofile must be 0 (runtime default) or 64..1048576");
+  auto policy = net::ParsePolicy(req.network, network ? network->presets() : net::Presets{});
+  if (!policy) return tl::unexpected(policy.error());
+  if (policy->internet()) {
+    if (!network) return Fail(Errc::kUnavailable, "spaced runs without networking");
+    if (!runtimes.at(rt)->Caps().network)
+      return Fail(Errc::kInvalidArgument,
+                  "the " + rt + " runtime has no sandbox networking yet (network.mode must be none)");
+  }
+  net::AssignPlaceholders(*policy);
   Json env = base_env;
+  for (const auto& s : policy->secrets) env[s.name] = s.placeholder;
   for (const auto& [k, v] : req.env) {
     SPACE_TRY(ValidateEnvKey(k));
     if (v.find('\0') != std::string::npos)
@@ -367,7 +382,7 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
   sb->rec.template_digest = template_digest;
   sb->rec.runtime = rt;
   sb->rec.state = "creating";
-  sb->rec.spec = {{"limits", LimitsJson(l)}, {"env", env}, {"network", req.network},
+  sb->rec.spec = {{"limits", LimitsJson(l)}, {"env", env}, {"network", policy->ToJson(true)},
                   {"template_config", template_config}};
   if (!req.snapshot_id.empty()) sb->rec.spec["from_snapshot"] = req.snapshot_id;
   sb->rec.metadata = meta;
@@ -378,7 +393,6 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
   sb->rec.spec["expires_ms"] = 0;  // armed when the sandbox is running (BringUp)
   sb->rec.spec["snapshot_every_s"] = req.snapshot_every_s;
   sb->rec.spec["keep_last"] = req.keep_last;
-  sb->rec.spec["public_traffic"] = req.public_traffic;
   sb->last_activity_ms = sb->rec.created_ms;
   return sb;
 }
@@ -394,7 +408,7 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
     std::lock_guard l(member->mu);
     const store::SandboxRecord& want = (*made)->rec;
     member->rec.metadata = want.metadata;
-    for (const char* key : {"env", "timeout_s", "on_timeout", "idle_timeout_s",
+    for (const char* key : {"env", "network", "timeout_s", "on_timeout", "idle_timeout_s",
                             "snapshot_every_s", "keep_last"}) {
       member->rec.spec[key] = want.spec[key];
     }
@@ -491,7 +505,7 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
       spec = InstanceSpecFor(sb->rec, *root);
     }
     const int64_t t1 = MonotonicNanos();
-    SPACE_TRY_WRAP(rt->Start(spec), "start " + sb->rec.runtime + " instance");
+    SPACE_TRY_WRAP(StartInstance(*sb, rt, std::move(spec)), "start " + sb->rec.runtime + " instance");
     const int64_t t2 = MonotonicNanos();
     SPACE_TRY_WRAP(ConnectAgent(sb, config.agent_connect_timeout_ms), "connect to agent");
     // Made now, not by the first command: a warm-pool claim should not pay for it.
@@ -520,7 +534,7 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
       sb->session->Close();
       sb->session.reset();
     }
-    if (rt) (void)rt->Destroy(sb->rec.id);
+    (void)DestroyInstance(rt, sb->rec.id);
     (void)storage->DeleteRoot(sb->rec.id);
     sb->rec.state = "error";
     sb->rec.reason = "create failed: " + st.error().message;
@@ -707,7 +721,7 @@ void Platform::Impl::OnAgentLost(const std::weak_ptr<Sandbox>& weak, const Error
   std::string reason = "the sandbox's init exited (" + why.message + ")";
   spdlog::warn("sandbox {}: {}", sb->rec.id, reason);
   LoseCommands(*sb, "the sandbox stopped");
-  if (rt) (void)rt->Destroy(sb->rec.id);
+  (void)DestroyInstance(rt, sb->rec.id);
   sb->rec.state = "error";
   sb->rec.reason = reason;
   (void)SaveSandbox(*sb);
@@ -790,7 +804,7 @@ Status Platform::Impl::Teardown(Sandbox& sb) {
     sb.session.reset();
   }
   LoseCommands(sb, "the sandbox was deleted");
-  if (auto* rt = RuntimeFor(sb.rec)) SPACE_TRY_WRAP(rt->Destroy(sb.rec.id), "destroy instance");
+  SPACE_TRY_WRAP(DestroyInstance(RuntimeFor(sb.rec), sb.rec.id), "destroy instance");
   SPACE_TRY_WRAP(storage->DeleteRoot(sb.rec.id), "delete root filesystem");
   SPACE_TRY_WRAP(sys::RemoveAll(LogDir(sb.rec.id)), "remove output logs");
   SPACE_TRY(store->DeleteSandbox(sb.rec.id));
@@ -846,178 +860,6 @@ Result<std::vector<store::TemplateRecord>> Platform::ListTemplates() {
 
 // ---------------------------------------------------------------- recovery
 
-Status Platform::Recover() {
-  Impl& impl = *impl_;
-  auto recs = impl.store->ListSandboxes();
-  if (!recs) return tl::unexpected(recs.error());
-  std::set<std::string> keep_instances, keep_roots, keep_logs;
-  // Template build logs (template_build.cc) outlive the builds. Build sandboxes ("bld-...")
-  // have no record, so their instances and roots are removed below as orphans, and a
-  // build operation left pending or running is marked failed with the others.
-  keep_logs.insert("templates");
-  for (auto& rec : *recs) {
-    auto sb = std::make_shared<Sandbox>();
-    sb->rec = rec;
-    sb->last_activity_ms = NowUnixMillis();
-    std::lock_guard l(sb->mu);
-    auto* rt = impl.RuntimeFor(rec);
-    keep_roots.insert(rec.id);
-    keep_logs.insert(rec.id);
-    if (rec.state == "creating" || rec.state == "deleting" || !rt) {
-      // Interrupted create: roll back. Interrupted delete: finish it.
-      bool deleting = rec.state == "deleting";
-      if (rt) (void)rt->Destroy(rec.id);
-      if (deleting) {
-        auto st = impl.Teardown(*sb);
-        if (st) {
-          keep_roots.erase(rec.id);
-          keep_logs.erase(rec.id);
-          spdlog::info("recovery: finished deleting sandbox {}", rec.id);
-          continue;
-        }
-        sb->rec.state = "error";
-        sb->rec.reason = "delete interrupted by a daemon restart and failed: " + st.error().message;
-      } else {
-        (void)impl.storage->DeleteRoot(rec.id);
-        sb->rec.state = "error";
-        sb->rec.reason = rt ? "creation was interrupted by a daemon restart"
-                            : "runtime " + rec.runtime + " is not available";
-      }
-      SPACE_TRY(impl.SaveSandbox(*sb));
-    } else if (rec.state == "running" || rec.state == "paused") {
-      SPACE_TRY(impl.LoadLiveCommands(*sb));
-      // After a reboot an overlay root is no longer mounted (no-op on btrfs).
-      if (auto st = impl.storage->Remount(rec.id); !st)
-        spdlog::warn("recovery: sandbox {}: remount root: {}", rec.id, st.error().message);
-      auto state = rt->Inspect(rec.id);
-      bool alive = state && (*state == runtime::InstanceState::kRunning ||
-                             *state == runtime::InstanceState::kPaused);
-      if (alive) {
-        keep_instances.insert(rec.id);
-        if (*state == runtime::InstanceState::kPaused && rec.state == "running") {
-          // Frozen by an operation the daemon did not finish (pause, snapshot, fork):
-          // roll back to what the record says.
-          (void)rt->Resume(rec.id);
-          state = runtime::InstanceState::kRunning;
-        }
-        if (*state == runtime::InstanceState::kPaused) {
-          sb->rec.state = "paused";  // the agent answers after resume
-        } else {
-          sb->rec.state = "running";
-          auto st = impl.ConnectAgent(sb, 5000);
-          if (!st) {
-            alive = false;
-            spdlog::warn("recovery: sandbox {}: agent unreachable: {}", rec.id, st.error().message);
-          }
-        }
-        if (alive && sb->rec.state != rec.state) SPACE_TRY(impl.SaveSandbox(*sb));
-      }
-      if (!alive) {
-        impl.LoseCommands(*sb, "the sandbox's processes died while spaced was down");
-        keep_instances.erase(rec.id);
-        (void)rt->Destroy(rec.id);
-        sb->rec.state = "error";
-        sb->rec.reason = "the sandbox's processes died while spaced was down";
-        SPACE_TRY(impl.SaveSandbox(*sb));
-      }
-    } else {
-      // error / suspended (and an interrupted suspend or wake, which end suspended): no
-      // instance should run; the root filesystem is kept.
-      if (rec.state == "suspending" || rec.state == "waking") {
-        sb->rec.state = "suspended";
-        sb->rec.reason = rec.state == "waking" ? "wake was interrupted by a daemon restart" : "";
-        SPACE_TRY(impl.SaveSandbox(*sb));
-      }
-      sb->next_stream = 1;
-      SPACE_TRY(impl.LoadLiveCommands(*sb));
-      if (sb->rec.state == "suspended" && rt->Caps().suspend_keeps_processes) {
-        // The instance's saved state holds its processes: they continue on wake.
-        keep_instances.insert(rec.id);
-      } else {
-        impl.LoseCommands(*sb, "the sandbox is in state " + rec.state);
-        (void)rt->Destroy(rec.id);
-      }
-    }
-    std::lock_guard lock(impl.mu);
-    impl.sandboxes[rec.id] = sb;
-  }
-  // Operations left pending or running were interrupted.
-  auto ops = impl.store->ListOperations(0, "");
-  if (!ops) return tl::unexpected(ops.error());
-  for (auto& op : *ops) {
-    if (op.state != "pending" && op.state != "running") continue;
-    if (op.kind == "delete" && !impl.Find(op.target)) {
-      impl.FinishOperation(op, Ok(), {{"sandbox_id", op.target}});
-    } else {
-      impl.FinishOperation(op, Fail(Errc::kUnavailable, "interrupted by a daemon restart"));
-    }
-  }
-  // Snapshots: one being taken when the daemon died is complete if storage has it (the
-  // snapshot is a single atomic step); otherwise its record goes.
-  std::set<std::string> known_snapshots;
-  if (auto snaps = impl.store->ListSnapshots()) {
-    for (auto snap : *snaps) {
-      if (snap.state == "ready") {
-        known_snapshots.insert(snap.id);
-      } else if (auto* srt = impl.SnapshotRuntime(JsonStringOr(snap.source, "runtime", ""));
-                 srt ? srt->HasSnapshot(snap.id) : impl.storage->HasSnapshot(snap.id)) {
-        snap.state = "ready";
-        if (auto size = srt ? srt->SnapshotSize(snap.id) : impl.storage->SnapshotSize(snap.id))
-          snap.size = *size;
-        (void)impl.store->PutSnapshot(snap);
-        known_snapshots.insert(snap.id);
-      } else {
-        (void)impl.store->DeleteSnapshot(snap.id);
-      }
-    }
-  }
-  for (const auto& id : impl.storage->ListSnapshots()) {
-    if (known_snapshots.count(id)) continue;
-    spdlog::info("recovery: removing orphan snapshot {}", id);
-    (void)impl.storage->DeleteSnapshot(id);
-  }
-  for (auto& [name, rt] : impl.runtimes) {
-    if (!rt->Caps().own_disk) continue;
-    for (const auto& id : rt->ListSnapshots()) {
-      if (known_snapshots.count(id)) continue;
-      spdlog::info("recovery: removing orphan {} snapshot {}", name, id);
-      (void)rt->DeleteSnapshot(id);
-    }
-  }
-  // Orphans: instances, roots and logs without a sandbox record.
-  for (auto& [name, rt] : impl.runtimes) {
-    auto ids = rt->List();
-    if (!ids) {
-      spdlog::warn("recovery: list {} instances: {}", name, ids.error().message);
-      continue;
-    }
-    for (const auto& id : *ids) {
-      if (keep_instances.count(id)) continue;
-      auto sb = impl.Find(id);
-      if (sb && sb->rec.runtime == name && (sb->rec.state == "running" || sb->rec.state == "paused"))
-        continue;
-      spdlog::info("recovery: removing orphan {} instance {}", name, id);
-      (void)rt->Destroy(id);
-    }
-  }
-  for (const auto& id : impl.storage->ListRoots()) {
-    if (keep_roots.count(id)) continue;
-    spdlog::info("recovery: removing orphan root filesystem {}", id);
-    (void)impl.storage->DeleteRoot(id);
-  }
-  if (DIR* d = ::opendir((config_.data_dir + "/logs").c_str())) {
-    std::vector<std::string> names;
-    while (dirent* e = ::readdir(d)) {
-      std::string n = e->d_name;
-      if (n != "." && n != ".." && !keep_logs.count(n)) names.push_back(n);
-    }
-    ::closedir(d);
-    for (const auto& n : names) (void)sys::RemoveAll(config_.data_dir + "/logs/" + n);
-  }
-  (void)sys::RemoveAll(config_.data_dir + "/tmp");
-  (void)sys::MkdirAll(config_.data_dir + "/tmp", 0700);
-  return Ok();
-}
 
 Status ValidateSandboxPath(const std::string& path) {
   if (path.empty() || path[0] != '/')

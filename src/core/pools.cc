@@ -21,7 +21,10 @@ bool DefaultLimits(const runtime::Limits& l) {
 bool IsPoolMember(const store::SandboxRecord& rec) { return !PoolOf(rec).empty(); }
 
 std::shared_ptr<Platform::Sandbox> Platform::Impl::ClaimFromPool(const CreateSandboxRequest& req) {
-  if (config.warm_pools.empty() || !req.snapshot_id.empty() || req.network || req.public_traffic ||
+  if (config.warm_pools.empty() || !req.snapshot_id.empty() || [&] {
+        auto p = net::ParsePolicy(req.network, net::Presets{});
+        return !p || p->internet();
+      }() ||
       (!req.runtime.empty() && req.runtime != config.default_runtime) || !DefaultLimits(req.limits))
     return nullptr;
   auto parsed = ParseTemplateRef(req.template_ref.empty() ? config.default_template : req.template_ref);

@@ -17,7 +17,7 @@ Json SourceOf(const store::SandboxRecord& rec) {
   if (const Json* tc = JsonField(rec.spec, "template_config")) src["template_config"] = *tc;
   if (const Json* env = JsonField(rec.spec, "env")) src["env"] = *env;
   if (const Json* l = JsonField(rec.spec, "limits")) src["limits"] = *l;
-  src["network"] = JsonBoolOr(rec.spec, "network", false);
+  src["network"] = Platform::StoredPolicy(rec).internet();
   return src;
 }
 
@@ -190,6 +190,7 @@ Result<std::pair<store::OperationRecord, std::vector<store::SandboxRecord>>> Pla
       child->rec.next_stream = 1;
       child->rec.spec["forked_from"] = id;
       child->rec.spec["expires_ms"] = 0;
+      child->rec.spec.erase("net");  // each child gets its own address
       child->rec.created_ms = child->rec.updated_ms = NowUnixMillis();
       children.push_back(child);
       recs.push_back(child->rec);

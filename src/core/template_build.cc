@@ -253,7 +253,7 @@ Status RunStep(Build& b, const std::string& layer, const std::string& key_hex,
   } cleanup{[&] {
     if (session) session->Close();
     if (started) {
-      if (auto st = rt->Destroy(id); !st)
+      if (auto st = impl.DestroyInstance(rt, id); !st)
         spdlog::warn("template build: destroy {}: {}", id, st.error().message);
     }
     if (auto st = impl.storage->DeleteRoot(id); !st)
@@ -274,6 +274,19 @@ Status RunStep(Build& b, const std::string& layer, const std::string& key_hex,
   }
   if (!have_path) spec.env.push_back(std::string("PATH=") + kDefaultPath);
   started = true;  // a failed Start may leave parts behind: Destroy is ok if missing
+  std::map<std::string, std::string> net_env;
+  if (b.req.network) {
+    // RUN steps reach every public destination (apt-get, pip install), under the same
+    // always-denied set as sandboxes.
+    if (!impl.network) return Fail(Errc::kUnavailable, "spaced runs without networking");
+    net::Policy policy;
+    policy.mode = net::Policy::Mode::kInternet;
+    auto attached = impl.network->Attach(id, policy);
+    if (!attached) return tl::unexpected(std::move(attached.error()).Wrap("build sandbox network"));
+    spec.netns_path = attached->netns_path;
+    spec.resolv_conf = attached->resolv_conf;
+    net_env = attached->env;
+  }
   SPACE_TRY_WRAP(rt->Start(spec), "start build sandbox");
 
   AgentSession::Handlers h;
@@ -316,6 +329,9 @@ Status RunStep(Build& b, const std::string& layer, const std::string& key_hex,
     std::string k = kv.substr(0, eq);
     if (!cfg.HasEnv(k)) env[k] = eq == std::string::npos ? "" : kv.substr(eq + 1);
   }
+  for (const auto& [k, v] : net_env) {
+    if (!env.contains(k)) env[k] = v;
+  }
   std::string user = cfg.user.substr(0, cfg.user.find(':'));
   Json exec = {{"op", "exec"}, {"stream", 1},   {"id", "run"},  {"argv", tmpl::RunArgv(step)},
                {"env", env},   {"stdin", false}, {"timeout_ms", 0}, {"cwd", cfg.workdir},
@@ -343,7 +359,7 @@ Status RunStep(Build& b, const std::string& layer, const std::string& key_hex,
   }
   session->Close();
   session.reset();
-  SPACE_TRY_WRAP(rt->Destroy(id), "stop build sandbox");
+  SPACE_TRY_WRAP(impl.DestroyInstance(rt, id), "stop build sandbox");
   started = false;
   if (auto st = impl.storage->ImportLayerFromRoot(key_hex, id); !st) {
     if (!(st.error().code == Errc::kConflict && impl.storage->HasLayer(key_hex)))

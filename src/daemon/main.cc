@@ -12,6 +12,7 @@
 #include "api/api.h"
 #include "auth/auth.h"
 #include "core/core.h"
+#include "net/net.h"
 #include "runtime/microvm/microvm.h"
 #include "runtime/oci/oci.h"
 #include "storage/storage.h"
@@ -161,6 +162,22 @@ int main(int argc, char** argv) {
   app.add_option("--token-ttl", token_ttl_s, "lifetime of sandbox and attach tokens, seconds")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{30} * 24 * 3600));
+  std::string dns_upstream, egress_ca_file, sandbox_subnet = "10.213.0.0/16";
+  std::vector<std::string> egress_allow_private, egress_presets;
+  app.add_option("--dns-upstream", dns_upstream,
+                 "resolver sandboxes' DNS queries go to, ADDR[:PORT] (default: the host's, from "
+                 "/etc/resolv.conf)");
+  app.add_option("--egress-ca-file", egress_ca_file,
+                 "extra CA certificates (PEM) trusted for upstream TLS the egress proxy terminates");
+  app.add_option("--egress-allow-private", egress_allow_private,
+                 "open a private range (CIDR) to sandboxes' egress, e.g. a corporate mirror (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--egress-preset", egress_presets,
+                 "define or extend an allow_out preset: NAME=DOMAIN[,DOMAIN...] (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--sandbox-subnet", sandbox_subnet,
+                 "IPv4 range for networked sandboxes' addresses (one /31 each)")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -241,6 +258,25 @@ int main(int argc, char** argv) {
   if (!mvm_rt) return Fatal("microvm runtime", mvm_rt.error());
   runtimes["microvm"] = std::move(*mvm_rt);
 
+  net::Options nopts;
+  nopts.state_dir = data_dir + "/net";
+  nopts.tag = net::TagForDataDir(data_dir);
+  nopts.dns_upstream = dns_upstream;
+  nopts.egress_ca_file = egress_ca_file;
+  {
+    auto subnet = net::ParseCidr(sandbox_subnet);
+    if (!subnet) return Fatal("--sandbox-subnet", subnet.error());
+    nopts.subnet = *subnet;
+    for (const auto& c : egress_allow_private) {
+      auto cidr = net::ParseCidr(c);
+      if (!cidr) return Fatal("--egress-allow-private", cidr.error());
+      nopts.allow_private.push_back(*cidr);
+    }
+  }
+  nopts.presets = net::ResolvePresets(egress_presets);
+  auto network = net::Network::Create(nopts);
+  if (!network) return Fatal("network", network.error());
+
   core::Config config;
   config.data_dir = data_dir;
   config.max_file_bytes = max_file_bytes;
@@ -257,7 +293,7 @@ int main(int argc, char** argv) {
     config.warm_pools[ref] = n;
   }
   auto platform = core::Platform::Create(config, std::move(*store), std::move(*storage),
-                                         std::move(runtimes));
+                                         std::move(runtimes), std::move(*network));
   if (!platform) return Fatal("start", platform.error());
   // The key file is the first operator key, named "default" (docs/security.md).
   if (auto st = (*platform)->ImportApiKey("default", *key); !st) {

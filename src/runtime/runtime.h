@@ -31,6 +31,10 @@ struct InstanceSpec {
   std::string hostname;
   Limits limits;
   bool network = false;                  // false: a private netns with loopback only
+  // With network: the namespace to join (made by net/, with the sandbox's veth) and the
+  // sandbox's /etc/resolv.conf.
+  std::string netns_path;
+  std::string resolv_conf;
   // Runtimes that keep the sandbox's disk themselves (Capabilities::own_disk; rootfs is
   // then unused): the template's read-only tree and content digest to build the disk
   // from, or a snapshot of this runtime to start from (memory, devices and disk).
@@ -50,6 +54,8 @@ struct Capabilities {
   // The runtime keeps each sandbox's disk and its snapshots itself (microvm): core then
   // creates no storage root and routes snapshots, fork and suspend through the runtime.
   bool own_disk = false;
+  // Joins a network namespace made by net/ (InstanceSpec::netns_path): egress by policy.
+  bool network = false;
 };
 
 class Runtime {

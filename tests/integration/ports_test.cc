@@ -309,7 +309,7 @@ TEST_F(PortsTest, PublicTrafficNeedsNoCredential) {
   EXPECT_EQ(r.body, "hello from the sandbox\n");
   auto sb = c().GetSandbox(public_);
   ASSERT_TRUE(sb);
-  EXPECT_EQ(sb->value("public_traffic", false), true);
+  EXPECT_EQ((*sb)["network"].value("public_traffic", false), true) << sb->dump();
   // Its signed URL carries no credential.
   auto u = c().PortUrl(public_, "8080");
   ASSERT_TRUE(u);
@@ -523,7 +523,7 @@ TEST_F(PortsTest, CliUrlAndPublicTraffic) {
   std::string id = Daemon::Trim(created.out);
   auto sb = c().GetSandbox(id);
   ASSERT_TRUE(sb);
-  EXPECT_EQ(sb->value("public_traffic", false), true);
+  EXPECT_EQ((*sb)["network"].value("public_traffic", false), true) << sb->dump();
   (void)c().DeleteSandboxAndWait(id, 30s);
 }
 

@@ -2,6 +2,7 @@
 // routes_e2b_envd.cc.
 #include "api/e2b/parse.h"
 
+#include <algorithm>
 #include <csignal>
 
 #include "api/e2b/connect.h"
@@ -27,6 +28,63 @@ Result<int64_t> TimeoutSeconds(const Json& body) {
   return t->get<int64_t>();
 }
 
+Result<Json> NetworkFromE2b(const Json& body) {
+  // E2B: allow_internet_access (default true) and network {allowOut, denyOut,
+  // allowPublicTraffic}. Its rules: allowOut entries are exceptions to denyOut, and a domain
+  // allowlist is written as allowOut + denyOut ["0.0.0.0/0"]. SPACE's allow_out means "only
+  // these", so that form maps onto it; a partial denyOut maps onto deny_out.
+  const Json* a = JsonField(body, "allow_internet_access");
+  if (a && !a->is_boolean() && !a->is_null())
+    return Fail(Errc::kInvalidArgument, "allow_internet_access must be a boolean");
+  const Json* n = JsonField(body, "network");
+  if (n && !n->is_null() && !n->is_object()) return Fail(Errc::kInvalidArgument, "network must be an object");
+  bool internet = a && a->is_boolean() && a->get<bool>();
+  // As on E2B, a sandbox's port URLs are public unless allowPublicTraffic is false
+  // (docs/ports.md#e2b).
+  Json out = {{"mode", internet ? "internet" : "none"}, {"public_traffic", true}};
+  if (!n || n->is_null()) return out;
+  for (const auto& [k, v] : n->items()) {
+    if (k != "allowOut" && k != "denyOut" && k != "allowPublicTraffic" && k != "maskRequestHost")
+      return Fail(Errc::kInvalidArgument, "network." + k + " is not supported by SPACE");
+  }
+  auto list = [&](const char* key) -> Result<std::vector<std::string>> {
+    std::vector<std::string> v;
+    const Json* f = JsonField(*n, key);
+    if (!f || f->is_null()) return v;
+    if (!f->is_array()) return Fail(Errc::kInvalidArgument, std::string("network.") + key + " must be an array");
+    for (const auto& e : *f) {
+      if (!e.is_string()) return Fail(Errc::kInvalidArgument, std::string("network.") + key + " entries must be strings");
+      v.push_back(e.get<std::string>());
+    }
+    return v;
+  };
+  auto allow = list("allowOut");
+  if (!allow) return tl::unexpected(allow.error());
+  auto deny = list("denyOut");
+  if (!deny) return tl::unexpected(deny.error());
+  if (!allow->empty() || !deny->empty()) out["mode"] = "internet";
+  bool deny_all = std::find(deny->begin(), deny->end(), "0.0.0.0/0") != deny->end();
+  if (deny_all && allow->empty()) {
+    out["mode"] = "none";  // E2B's allowInternetAccess: false
+  } else if (deny_all) {
+    out["allow_out"] = *allow;
+    Json rest = Json::array();
+    for (const auto& d : *deny) {
+      if (d != "0.0.0.0/0") rest.push_back(d);
+    }
+    out["deny_out"] = rest;
+  } else {
+    if (!allow->empty())
+      return Fail(Errc::kInvalidArgument,
+                  "network.allowOut without denyOut [\"0.0.0.0/0\"] is not supported by SPACE "
+                  "(SPACE's allow list means \"only these\"; add denyOut [\"0.0.0.0/0\"])");
+    out["deny_out"] = *deny;
+  }
+  if (const Json* p = JsonField(*n, "allowPublicTraffic"); p && p->is_boolean())
+    out["public_traffic"] = p->get<bool>();
+  return out;
+}
+
 Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   core::CreateSandboxRequest req;
   const Json* t = JsonField(body, "templateID");
@@ -43,24 +101,9 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   if (!timeout) return tl::unexpected(timeout.error());
   req.timeout_s = *timeout;
   req.on_timeout = JsonBoolOr(body, "autoPause", false) ? "pause" : "delete";
-  if (const Json* a = JsonField(body, "allow_internet_access"); a && a->is_boolean())
-    req.network = a->get<bool>();
-  // E2B's default: a sandbox's port URLs are public unless network.allowPublicTraffic is
-  // false (then they need the trafficAccessToken).
-  req.public_traffic = true;
-  if (const Json* n = JsonField(body, "network"); n && !n->is_null()) {
-    if (!n->is_object()) return Fail(Errc::kInvalidArgument, "network must be an object");
-    for (const auto& [k, v] : n->items()) {
-      if (k == "allowPublicTraffic") {
-        if (!v.is_boolean() && !v.is_null())
-          return Fail(Errc::kInvalidArgument, "network.allowPublicTraffic must be a boolean");
-        if (v.is_boolean()) req.public_traffic = v.get<bool>();
-        continue;
-      }
-      bool empty = v.is_null() || (v.is_array() && v.empty()) || (v.is_object() && v.empty());
-      if (!empty) return Fail(Errc::kInvalidArgument, "network." + k + " is not supported by SPACE");
-    }
-  }
+  auto network = NetworkFromE2b(body);
+  if (!network) return tl::unexpected(network.error());
+  req.network = std::move(*network);
   // What SPACE has no equivalent for is refused rather than silently ignored.
   for (const char* key : {"mcp", "volumeMounts", "iam", "autoResume"}) {
     const Json* f = JsonField(body, key);

@@ -19,6 +19,9 @@ namespace space::api::e2b {
 // E2B names templates without tags ("base"); SPACE refs are name:tag or a digest.
 std::string TemplateRef(const std::string& e2b_template);
 // POST /sandboxes (E2B's NewSandbox)
+// The create body's allow_internet_access and network {allowOut, denyOut, allowPublicTraffic}
+// as a SPACE network policy object (null: none asked for).
+[[nodiscard]] Result<Json> NetworkFromE2b(const Json& body);
 [[nodiscard]] Result<core::CreateSandboxRequest> ParseCreate(const Json& body);
 // {"timeout": seconds} of create, connect and setTimeout: -1 when absent.
 [[nodiscard]] Result<int64_t> TimeoutSeconds(const Json& body);

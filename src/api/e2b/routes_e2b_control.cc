@@ -308,7 +308,7 @@ Awaitable<bool> RouteControl(Ctx& ctx) {
     Json detail = Listed(*rec);
     detail["envdAccessToken"] = AccessToken(ctx, *rec);
     detail["domain"] = SandboxDomain(ctx);
-    detail["allowInternetAccess"] = JsonBoolOr(rec->spec, "network", false);
+    detail["allowInternetAccess"] = core::Platform::StoredPolicy(*rec).internet();
     detail["lifecycle"] = {
         {"onTimeout", JsonStringOr(rec->spec, "on_timeout", "delete") == "delete" ? "kill" : "pause"},
         {"autoResume", false}};
@@ -354,7 +354,7 @@ std::string AccessToken(const Ctx& ctx, const store::SandboxRecord& sb) {
 }
 
 Json TrafficToken(const Ctx& ctx, const store::SandboxRecord& sb) {
-  if (JsonBoolOr(sb.spec, "public_traffic", false)) return nullptr;
+  if (core::Platform::StoredPolicy(sb).public_traffic) return nullptr;
   // Every port, for the sandbox's life (revoked with it, or with its signing key).
   auth::TrafficClaims c;
   c.sandbox_id = sb.id;

@@ -268,6 +268,12 @@ Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
                 {"options", {"bind", "rw", "nosuid", "nodev", "noexec"}}};
   mounts.push_back(agent_bind);
   mounts.push_back(run_bind);
+  if (!p.resolv_conf_path.empty()) {
+    mounts.push_back({{"destination", "/etc/resolv.conf"},
+                      {"type", "bind"},
+                      {"source", p.resolv_conf_path},
+                      {"options", {"bind", "ro", "nosuid", "nodev", "noexec"}}});
+  }
 
   Json resources;
   resources["devices"] = Json::array({
@@ -298,7 +304,9 @@ Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
                                  {{"type", "ipc"}},
                                  {{"type", "uts"}},
                                  {{"type", "mount"}},
-                                 {{"type", "network"}},
+                                 p.netns_path.empty()
+                                     ? Json{{"type", "network"}}
+                                     : Json{{"type", "network"}, {"path", p.netns_path}},
                                  {{"type", "cgroup"}}});
   Json linux{
       {"namespaces", namespaces},

@@ -29,6 +29,11 @@ struct BundleParams {
   bool user_namespace = true;
   uint32_t uid_shift = 1000000, uid_count = 65536;
   bool memory_swap = true;  // set memory.swap = memory.limit (v1 needs swap accounting)
+  // Networked sandboxes: the namespace file to join (a bind of net/'s namespace inside the
+  // bundle, so crun sees it in its helper mount namespace) and the resolv.conf to bind
+  // read-only at /etc/resolv.conf. Empty: a fresh namespace with loopback only.
+  std::string netns_path;
+  std::string resolv_conf_path;
 };
 
 // Docker's default capability set without CAP_NET_RAW (no raw or packet sockets: a

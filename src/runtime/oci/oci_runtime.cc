@@ -158,6 +158,7 @@ class OciRuntime final : public Runtime {
     c.pause_keeps_memory = true;
     c.suspend_keeps_processes = false;
     c.snapshot_kinds = {"filesystem"};
+    c.network = true;
     return c;
   }
 
@@ -412,10 +413,8 @@ Status OciRuntime::Start(const InstanceSpec& spec) {
   const Limits& l = spec.limits;
   if (l.memory_bytes < 0 || l.pids < 0 || !(l.cpus >= 0 && l.cpus <= 4096) || l.nofile < 0)
     return Fail(Errc::kInvalidArgument, "oci: limits out of range");
-  if (spec.network) {
-    return Fail(Errc::kInvalidArgument,
-                "oci: network access is not implemented yet (network=false gives loopback only)");
-  }
+  if (spec.network && (spec.netns_path.empty() || spec.netns_path[0] != '/'))
+    return Fail(Errc::kInvalidArgument, "oci: a networked sandbox needs its namespace's path");
   if (sys::Exists(StateDirOf(id)))
     return Fail(Errc::kConflict, "oci: instance " + id + " already exists");
   // mkdir is the atomic claim on the id; everything after it is undone on failure.
@@ -471,6 +470,23 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
     return ErrnoFail("mount tmpfs on " + run);
 
   oci::BundleParams bp;
+  if (spec.network) {
+    // net/ made the namespace on the host; crun joins it through a bind inside the bundle
+    // (bundles/ is what its helper mount namespace shares with the host).
+    const std::string ns_file = bundle + "/netns";
+    {
+      auto f = sys::Open(ns_file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+      if (!f) return tl::unexpected(f.error());
+    }
+    if (::mount(spec.netns_path.c_str(), ns_file.c_str(), nullptr, MS_BIND, nullptr) != 0)
+      return ErrnoFail("bind " + spec.netns_path + " to " + ns_file);
+    bp.netns_path = ns_file;
+    const std::string resolv = bundle + "/resolv.conf";
+    auto f = sys::Open(resolv, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
+    if (!f) return tl::unexpected(f.error());
+    SPACE_TRY_WRAP(sys::WriteAll(f->get(), spec.resolv_conf), "write resolv.conf");
+    bp.resolv_conf_path = resolv;
+  }
   bp.root_path = root;
   bp.agent_binary = opts_.agent_binary;
   bp.run_dir = run;
@@ -607,7 +623,7 @@ Status OciRuntime::Destroy(const std::string& id) {
       if (!rm) problems.push_back(rm.error().message);
     }
   }
-  for (const auto& m : {BundleDir(id) + "/rootfs", RunDir(id)}) {
+  for (const auto& m : {BundleDir(id) + "/rootfs", BundleDir(id) + "/netns", RunDir(id)}) {
     auto um = UnmountAll(m);
     if (!um) problems.push_back(um.error().message);
   }

