@@ -67,6 +67,9 @@ const AccessRule kAccessRules[] = {
     {"DELETE", "/v1/sandboxes/{sb}/files", kFilesWrite},
     {"POST", "/v1/sandboxes/{sb}/files:mkdir", kFilesWrite},
     {"POST", "/v1/sandboxes/{sb}/files:rename", kFilesWrite},
+    // Ports (routes_ports.cc): signed URLs, and the API path to a port.
+    {"POST", "/v1/sandboxes/{sb}/urls", kPorts},
+    {"*", "/v1/sandboxes/{sb}/ports/*/**", kPorts},
     // Operations: a token sees those of its own sandbox.
     {"GET", "/v1/operations/{op}", kOpScopes},
 };

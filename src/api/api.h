@@ -26,6 +26,9 @@ struct ServerOptions {
   bool no_auth = false;             // every request acts as the operator (loopback only)
   int64_t token_ttl_s = 24 * 3600;  // sandbox and attach tokens, unless asked otherwise
   int64_t max_token_ttl_s = 30 * 24 * 3600;
+  // Ports as URLs (docs/ports.md): a request whose Host is {port}-{sandbox_id}.{domain}
+  // goes to that port inside the sandbox, never to the API.
+  std::string sandbox_domain = "localhost";
   int io_threads = 2;
   int blocking_threads = 16;
   size_t max_json_body = 1 << 20;

@@ -188,5 +188,12 @@ Awaitable<bool> RouteFiles(Ctx& ctx);
 Awaitable<bool> RouteTemplates(Ctx& ctx);
 // /v1/keys, /v1/sandboxes/{id}/tokens, /v1/whoami (routes_access.cc).
 Awaitable<bool> RouteAccess(Ctx& ctx);
+// Ports as URLs (routes_ports.cc, docs/ports.md). RoutePortsHost: if the Host names a
+// sandbox port ({port}-{id}.{sandbox_domain}), proxies the request there (answering every
+// error itself, with its own traffic credentials) and returns true; false for spaced's own
+// API. Runs before anything else, /healthz and authentication included. RoutePorts:
+// POST /v1/sandboxes/{id}/urls and ANY /v1/sandboxes/{id}/ports/{port}/... (after Authorize).
+Awaitable<bool> RoutePortsHost(Ctx& ctx);
+Awaitable<bool> RoutePorts(Ctx& ctx);
 
 }  // namespace space::api

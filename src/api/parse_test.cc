@@ -37,6 +37,17 @@ TEST(ParseQuery, ValuesAndRanges) {
   EXPECT_FALSE(ParseSandboxFilter(ParseTarget("/?label==x").query));
 }
 
+TEST(ParseBodies, E2bPortsArePublicUnlessAllowPublicTrafficIsFalse) {
+  // As on E2B (docs/ports.md#e2b).
+  auto e = e2b::ParseCreate(Json{{"templateID", "base"}});
+  ASSERT_TRUE(e);
+  EXPECT_EQ(JsonBoolOr(e->network, "public_traffic", false), true);
+  EXPECT_EQ(JsonStringOr(e->network, "mode", ""), "none");
+  e = e2b::ParseCreate(Json{{"templateID", "base"}, {"network", {{"allowPublicTraffic", false}}}});
+  ASSERT_TRUE(e);
+  EXPECT_EQ(JsonBoolOr(e->network, "public_traffic", true), false);
+}
+
 TEST(ParseBodies, TimeoutBeyondAYearIsRefusedNotConverted) {
   // Was a float-to-int64 overflow (undefined behaviour) before the range check; found by
   // fuzz/api_bodies.

@@ -328,6 +328,8 @@ Awaitable<void> Server::Impl::Serve(tcp::socket socket) {
 }
 
 Awaitable<void> Server::Impl::Dispatch(Ctx& ctx) {
+  // A sandbox's port (Host {port}-{id}.{domain}) is never spaced's own API, whatever the path.
+  if (co_await RoutePortsHost(ctx)) co_return;
   if (ctx.path == "/healthz") {
     {
       Json reply_body = {{"ok", true}};
@@ -343,6 +345,7 @@ Awaitable<void> Server::Impl::Dispatch(Ctx& ctx) {
     co_return;
   }
   if (co_await RouteAccess(ctx)) co_return;
+  if (co_await RoutePorts(ctx)) co_return;
   if (co_await RouteCommands(ctx)) co_return;
   if (co_await RouteFiles(ctx)) co_return;
   if (co_await RouteSandboxes(ctx)) co_return;

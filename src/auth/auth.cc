@@ -11,7 +11,7 @@
 namespace space::auth {
 namespace {
 
-constexpr std::array<std::pair<const char*, Scopes>, 8> kScopeNames = {{
+constexpr std::array<std::pair<const char*, Scopes>, 9> kScopeNames = {{
     {"sandbox:read", kSandboxRead},
     {"sandbox:lifecycle", kSandboxLifecycle},
     {"commands:exec", kCommandsExec},
@@ -20,9 +20,11 @@ constexpr std::array<std::pair<const char*, Scopes>, 8> kScopeNames = {{
     {"files:read", kFilesRead},
     {"files:write", kFilesWrite},
     {"snapshots", kSnapshots},
+    {"ports", kPorts},
 }};
 
 constexpr std::string_view kTokenPrefix = "st1.";
+constexpr std::string_view kTrafficPrefix = "tt1.";
 // Tokens are small; anything much larger is not one of ours (and not worth decoding).
 constexpr size_t kMaxTokenBytes = 4096;
 
@@ -201,30 +203,24 @@ const SigningKeys::Key* SigningKeys::Find(std::string_view id) const {
   return nullptr;
 }
 
-std::string SigningKeys::Mint(const Claims& c) const {
+std::string SigningKeys::Sign(std::string_view prefix, const std::string& claims_json) const {
   SPACE_CHECK(!keys_.empty());
   const Key& key = keys_.back();
-  Json j = {{"sb", c.sandbox_id},
-            {"gen", c.generation},
-            {"sc", ScopeNames(c.scopes)},
-            {"exp", c.expires_s},
-            {"iat", c.issued_s}};
-  if (!c.command_id.empty()) j["cmd"] = c.command_id;
-  std::string signed_part = std::string(kTokenPrefix) + key.id + "." + Base64Url(j.dump());
+  std::string signed_part = std::string(prefix) + key.id + "." + Base64Url(claims_json);
   return signed_part + "." + Base64Url(Mac(key.secret, signed_part));
 }
 
-Result<Claims> SigningKeys::Verify(std::string_view token, int64_t now_s) const {
-  if (token.size() > kMaxTokenBytes || !StartsWith(token, kTokenPrefix))
+Result<std::string> SigningKeys::Open(std::string_view prefix, std::string_view token) const {
+  if (token.size() > kMaxTokenBytes || !StartsWith(token, prefix))
     return Unauthenticated("malformed");
-  std::string_view rest = token.substr(kTokenPrefix.size());
+  std::string_view rest = token.substr(prefix.size());
   size_t dot1 = rest.find('.');
   size_t dot2 = dot1 == std::string_view::npos ? dot1 : rest.find('.', dot1 + 1);
   if (dot2 == std::string_view::npos || rest.find('.', dot2 + 1) != std::string_view::npos)
     return Unauthenticated("malformed");
   const Key* key = Find(rest.substr(0, dot1));
   if (!key) return Unauthenticated("unknown signing key (rotated out?)");
-  std::string_view signed_part = token.substr(0, kTokenPrefix.size() + dot2);
+  std::string_view signed_part = token.substr(0, prefix.size() + dot2);
   auto mac = FromBase64Url(rest.substr(dot2 + 1));
   std::string want = Mac(key->secret, signed_part);
   if (!mac || mac->size() != want.size() ||
@@ -232,24 +228,71 @@ Result<Claims> SigningKeys::Verify(std::string_view token, int64_t now_s) const 
     return Unauthenticated("bad signature");
   // Signed by us: from here on a failure is a bug or an old format, not an attack.
   auto payload = FromBase64Url(rest.substr(dot1 + 1, dot2 - dot1 - 1));
-  auto j = payload ? ParseJson(*payload) : std::nullopt;
+  if (!payload) return Unauthenticated("malformed claims");
+  return std::move(*payload);
+}
+
+// The claims object of an opened token.
+static Result<Json> ClaimsObject(const Result<std::string>& opened) {
+  if (!opened) return tl::unexpected(opened.error());
+  auto j = ParseJson(*opened);
   if (!j || !j->is_object()) return Unauthenticated("malformed claims");
+  return std::move(*j);
+}
+
+std::string SigningKeys::Mint(const Claims& c) const {
+  Json j = {{"sb", c.sandbox_id},
+            {"gen", c.generation},
+            {"sc", ScopeNames(c.scopes)},
+            {"exp", c.expires_s},
+            {"iat", c.issued_s}};
+  if (!c.command_id.empty()) j["cmd"] = c.command_id;
+  return Sign(kTokenPrefix, j.dump());
+}
+
+Result<Claims> SigningKeys::Verify(std::string_view token, int64_t now_s) const {
+  auto opened = ClaimsObject(Open(kTokenPrefix, token));
+  if (!opened) return tl::unexpected(opened.error());
+  const Json& j = *opened;
   Claims c;
-  auto sb = JsonString(*j, "sb");
-  auto exp = JsonInt(*j, "exp");
-  const Json* sc = JsonField(*j, "sc");
+  auto sb = JsonString(j, "sb");
+  auto exp = JsonInt(j, "exp");
+  const Json* sc = JsonField(j, "sc");
   if (!sb || !exp || !sc || !sc->is_array()) return Unauthenticated("malformed claims");
   c.sandbox_id = *sb;
-  c.generation = JsonInt(*j, "gen").value_or(0);
-  c.command_id = JsonStringOr(*j, "cmd", "");
+  c.generation = JsonInt(j, "gen").value_or(0);
+  c.command_id = JsonStringOr(j, "cmd", "");
   c.expires_s = *exp;
-  c.issued_s = JsonInt(*j, "iat").value_or(0);
+  c.issued_s = JsonInt(j, "iat").value_or(0);
   for (const Json& n : *sc) {
     auto s = n.is_string() ? ParseScope(n.get<std::string>()) : Result<Scopes>(0u);
     if (!s) return Unauthenticated("unknown scope in claims");
     c.scopes |= *s;
   }
   if (c.expires_s <= now_s) return Unauthenticated("expired");
+  return c;
+}
+
+std::string SigningKeys::MintTraffic(const TrafficClaims& c) const {
+  return Sign(kTrafficPrefix,
+              Json{{"sb", c.sandbox_id}, {"gen", c.generation}, {"port", c.port}, {"exp", c.expires_s}}
+                  .dump());
+}
+
+Result<TrafficClaims> SigningKeys::VerifyTraffic(std::string_view token, int64_t now_s) const {
+  auto opened = ClaimsObject(Open(kTrafficPrefix, token));
+  if (!opened) return tl::unexpected(opened.error());
+  const Json& j = *opened;
+  auto sb = JsonString(j, "sb");
+  auto exp = JsonInt(j, "exp");
+  auto port = JsonInt(j, "port");
+  if (!sb || !exp || !port || *port < 0 || *port > 65535) return Unauthenticated("malformed claims");
+  TrafficClaims c;
+  c.sandbox_id = *sb;
+  c.generation = JsonInt(j, "gen").value_or(0);
+  c.port = static_cast<int>(*port);
+  c.expires_s = *exp;
+  if (c.expires_s != 0 && c.expires_s <= now_s) return Unauthenticated("expired");
   return c;
 }
 

@@ -34,9 +34,10 @@ enum Scope : uint32_t {
   kFilesRead = 1u << 5,         // "files:read": read, list, stat
   kFilesWrite = 1u << 6,        // "files:write": write, remove, mkdir, rename
   kSnapshots = 1u << 7,         // "snapshots": take, list and delete the sandbox's snapshots
+  kPorts = 1u << 8,             // "ports": mint traffic URLs for the sandbox's ports
 };
 using Scopes = uint32_t;
-inline constexpr Scopes kAllSandboxScopes = (1u << 8) - 1;
+inline constexpr Scopes kAllSandboxScopes = (1u << 9) - 1;
 // What the attach token of a command carries (bound to that command).
 inline constexpr Scopes kAttachScopes = kCommandsRead | kCommandsWrite;
 
@@ -68,6 +69,18 @@ struct Claims {
 
 inline bool LooksLikeToken(std::string_view bearer) { return StartsWith(bearer, "st1."); }
 
+// Traffic tokens open a sandbox's ports to HTTP clients (docs/ports.md); they are no API
+// credential, and no API token is a traffic token:
+//   tt1.<kid>.<base64url(claims JSON)>.<base64url(HMAC-SHA256(key[kid], "tt1.<kid>.<claims>"))>
+// Claims: {"sb", "gen", "port" (0 = every port), "exp" (unix seconds, 0 = never)}.
+struct TrafficClaims {
+  std::string sandbox_id;
+  int64_t generation = 0;
+  int port = 0;              // 1..65535, or 0 for every port of the sandbox
+  int64_t expires_s = 0;     // 0 = until the sandbox (or the signing key) is gone
+};
+inline bool LooksLikeTrafficToken(std::string_view t) { return StartsWith(t, "tt1."); }
+
 // The HMAC keys tokens are signed with, by key id. The newest key signs; every key in the
 // set verifies, so tokens signed before a rotation stay valid until their key is dropped.
 class SigningKeys {
@@ -97,9 +110,15 @@ class SigningKeys {
   // Checks a token's form, key id, MAC and expiry against `now_s`. kUnauthenticated says
   // which check failed (malformed, unknown key, bad signature, expired).
   [[nodiscard]] Result<Claims> Verify(std::string_view token, int64_t now_s) const;
+  // The same for traffic tokens (a different prefix, so neither kind passes for the other).
+  std::string MintTraffic(const TrafficClaims& claims) const;
+  [[nodiscard]] Result<TrafficClaims> VerifyTraffic(std::string_view token, int64_t now_s) const;
 
  private:
   const Key* Find(std::string_view id) const;
+  std::string Sign(std::string_view prefix, const std::string& claims_json) const;
+  // The claims JSON of a token of kind `prefix` whose key and MAC check out.
+  [[nodiscard]] Result<std::string> Open(std::string_view prefix, std::string_view token) const;
   std::vector<Key> keys_;   // never empty once built
 };
 

@@ -180,5 +180,37 @@ TEST(ListenPolicyTest, LoopbackAndNonLoopback) {
   EXPECT_EQ(refused.error().code, Errc::kInvalidArgument);
 }
 
+
+TEST(TrafficTokenTest, RoundTripExpiryAndNoCrossUse) {
+  SigningKeys keys = SigningKeys::Generate();
+  TrafficClaims tc;
+  tc.sandbox_id = "sb-abcdefghijklmnop";
+  tc.generation = 42;
+  tc.port = 8080;
+  tc.expires_s = kNow + 60;
+  std::string t = keys.MintTraffic(tc);
+  EXPECT_TRUE(LooksLikeTrafficToken(t));
+  EXPECT_FALSE(LooksLikeToken(t));
+  auto c = keys.VerifyTraffic(t, kNow);
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->sandbox_id, tc.sandbox_id);
+  EXPECT_EQ(c->generation, 42);
+  EXPECT_EQ(c->port, 8080);
+  EXPECT_EQ(c->expires_s, kNow + 60);
+  // Expired; tampered; signed by another key set.
+  EXPECT_FALSE(keys.VerifyTraffic(t, kNow + 60));
+  EXPECT_FALSE(keys.VerifyTraffic(Flip(t, t.size() - 3), kNow));
+  EXPECT_FALSE(SigningKeys::Generate().VerifyTraffic(t, kNow));
+  // 0 = no expiry.
+  tc.expires_s = 0;
+  EXPECT_TRUE(keys.VerifyTraffic(keys.MintTraffic(tc), kNow + 1'000'000'000));
+  // A traffic token is no API token and an API token no traffic token, even re-prefixed.
+  EXPECT_FALSE(keys.Verify(t, kNow));
+  std::string api = keys.Mint(SomeClaims());
+  EXPECT_FALSE(keys.VerifyTraffic(api, kNow));
+  EXPECT_FALSE(keys.VerifyTraffic("tt1." + api.substr(4), kNow));
+  EXPECT_FALSE(keys.Verify("st1." + t.substr(4), kNow));
+}
+
 }  // namespace
 }  // namespace space::auth

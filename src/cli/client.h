@@ -318,6 +318,10 @@ class Client {
   // optional): {"token","sandbox_id","scopes","expires_at"[,"command_id"]}.
   Result<Json> MintToken(std::string_view sandbox_id, const Json& body = Json::object());
   Result<Json> WhoAmI();                                // GET /v1/whoami
+  // POST /v1/sandboxes/{id}/urls {"port", "ttl"}: a signed URL to one port of the sandbox
+  // (docs/ports.md): {"url","host","port","token","expires_at","public_traffic",…}. `port`
+  // goes as given, so spaced names a bad one; ttl_s 0 = spaced's default (1 h).
+  Result<Json> PortUrl(std::string_view sandbox_id, std::string_view port, int64_t ttl_s = 0);
 
   // ---- Helpers ----
   // Percent-encodes a query component (keeps unreserved characters, '/' and ':').

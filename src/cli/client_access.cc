@@ -27,4 +27,10 @@ Result<Json> Client::MintToken(std::string_view sandbox_id, const Json& body) {
 
 Result<Json> Client::WhoAmI() { return Call("GET", "/v1/whoami"); }
 
+Result<Json> Client::PortUrl(std::string_view sandbox_id, std::string_view port, int64_t ttl_s) {
+  Json body = {{"port", std::string(port)}};
+  if (ttl_s > 0) body["ttl"] = ttl_s;
+  return Call("POST", "/v1/sandboxes/" + PathEscape(sandbox_id) + "/urls", body);
+}
+
 }  // namespace space::client

@@ -91,6 +91,30 @@ int RunToken(Context& ctx, const TokenArgs& a) {
   return 0;
 }
 
+struct UrlArgs {
+  std::string sandbox, port, ttl;
+};
+
+int RunUrl(Context& ctx, const UrlArgs& a) {
+  int64_t ttl = 0;
+  if (!a.ttl.empty()) {
+    auto t = ParseSeconds(a.ttl);
+    if (!t) return ReportUsage("--ttl: " + t.error().message);
+    if (*t <= 0) return ReportUsage("--ttl must be positive");
+    ttl = *t;
+  }
+  auto c = ctx.GetClient();
+  if (!c) return ReportError(c.error());
+  auto u = (*c)->PortUrl(a.sandbox, a.port, ttl);
+  if (!u) return ReportError(std::move(u).error().Wrap("url " + a.sandbox + " " + a.port));
+  if (ctx.globals.json) {
+    PrintJson(*u);
+  } else {
+    PrintText(JsonStringOr(*u, "url", "") + "\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 void AddKeyCommands(CLI::App& app, Context& ctx) {
@@ -121,10 +145,19 @@ void AddKeyCommands(CLI::App& app, Context& ctx) {
     cmd->add_option("--scope", a->scopes,
                     "A scope (repeatable; default: all of yours): sandbox:read, "
                     "sandbox:lifecycle, commands:exec, commands:read, commands:write, "
-                    "files:read, files:write, snapshots");
+                    "files:read, files:write, snapshots, ports");
     cmd->add_option("--command", a->command, "Bind the token to this command id");
     cmd->add_option("--ttl", a->ttl_s, "Lifetime in seconds (default: spaced's --token-ttl)");
     cmd->callback([&ctx, a] { ctx.exit_code = RunToken(ctx, *a); });
+  }
+  {
+    auto a = std::make_shared<UrlArgs>();
+    CLI::App* cmd = app.add_subcommand(
+        "url", "Print a URL to a port of a sandbox (its signed credential in the query string)");
+    cmd->add_option("sandbox", a->sandbox, "Sandbox id")->required();
+    cmd->add_option("port", a->port, "Port inside the sandbox (1..65535)")->required();
+    cmd->add_option("--ttl", a->ttl, "How long the URL works: SECS (or 30m, 2h); default 1 h");
+    cmd->callback([&ctx, a] { ctx.exit_code = RunUrl(ctx, *a); });
   }
 }
 

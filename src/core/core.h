@@ -193,6 +193,11 @@ class Platform {
   static net::Policy StoredPolicy(const store::SandboxRecord& rec);
   // What the sandbox's runtime can keep across pause/suspend/snapshot.
   [[nodiscard]] Result<runtime::Capabilities> CapabilitiesOf(const std::string& id);
+  // A path to a running sandbox's network namespace on the host, for ingress (docs/ports.md;
+  // see Runtime::NetNamespacePath for why callers re-check after opening it). kNotFound;
+  // kConflict when the sandbox is not running (paused, suspended, creating...);
+  // kUnavailable when its runtime has none on the host (microvm).
+  [[nodiscard]] Result<std::string> SandboxNetNamespace(const std::string& id);
 
   // Operations.
   [[nodiscard]] Result<store::OperationRecord> GetOperation(const std::string& id);

@@ -43,6 +43,26 @@ Result<runtime::Capabilities> Platform::CapabilitiesOf(const std::string& id) {
   return it->second->Caps();
 }
 
+Result<std::string> Platform::SandboxNetNamespace(const std::string& id) {
+  auto sb = impl_->Find(id);
+  if (!sb) return Fail(Errc::kNotFound, "no sandbox " + id);
+  std::string rt_name, state;
+  {
+    std::lock_guard l(sb->mu);
+    rt_name = sb->rec.runtime;
+    state = sb->rec.state;
+  }
+  if (state == "deleting" || state == "deleted") return Fail(Errc::kNotFound, "no sandbox " + id);
+  if (state != "running") {
+    std::string hint = state == "paused" ? "; resume it first"
+                       : state == "suspended" ? "; wake it first" : "";
+    return Fail(Errc::kConflict, "sandbox " + id + " is " + state + hint);
+  }
+  auto it = impl_->runtimes.find(rt_name);
+  if (it == impl_->runtimes.end()) return Fail(Errc::kUnavailable, "runtime " + rt_name + " is not available");
+  return it->second->NetNamespacePath(id);
+}
+
 Result<store::OperationRecord> Platform::Transition(const std::string& id, const std::string& kind) {
   const TransitionRule* rule = RuleFor(kind);
   if (!rule) return Fail(Errc::kInvalidArgument, "unknown transition \"" + kind + "\"");

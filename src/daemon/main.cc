@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cstdio>
 
 #include "api/api.h"
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> drop_token_keys;
   int64_t token_ttl_s = 24 * 3600;
   std::string default_runtime = "oci";
+  std::string sandbox_domain = "localhost";
   runtime::MicrovmOptions mvm;
   std::string guest_dir = sys::SelfExeDir() + "/../share/space/microvm";
   mvm.kernel = guest_dir + "/vmlinux";
@@ -176,6 +178,17 @@ int main(int argc, char** argv) {
                "add a new token signing key at start-up; older keys still verify");
   app.add_option("--drop-token-key", drop_token_keys,
                  "retire a token signing key by id at start-up (repeatable); its tokens die");
+  app.add_option("--sandbox-domain", sandbox_domain,
+                 "requests to spaced's port with Host {port}-{sandbox_id}.DOMAIN go to that port "
+                 "inside the sandbox (*.localhost resolves to loopback)")
+      ->capture_default_str()
+      ->check([](const std::string& d) -> std::string {
+        if (d.empty() || d.size() > 200 || d.front() == '.' || d.back() == '.') return "a DNS name such as localhost";
+        for (char c : d) {
+          if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.')) return "a DNS name such as localhost";
+        }
+        return "";
+      });
   app.add_option("--token-ttl", token_ttl_s, "lifetime of sandbox and attach tokens, seconds")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{30} * 24 * 3600));
@@ -338,6 +351,7 @@ int main(int argc, char** argv) {
   sopts.signing_keys = std::make_shared<const auth::SigningKeys>(std::move(*signing));
   sopts.no_auth = no_auth;
   sopts.token_ttl_s = token_ttl_s;
+  sopts.sandbox_domain = sandbox_domain;
   auto server = api::Server::Start(platform->get(), sopts);
   if (!server) return Fatal("listen", server.error());
   std::string host = address.find(':') != std::string::npos ? "[" + address + "]" : address;

@@ -26,6 +26,10 @@ Status Runtime::DeleteSnapshot(const std::string&) { return Ok(); }
 Result<int64_t> Runtime::SnapshotSize(const std::string& snapshot_id) const {
   return Fail(Errc::kNotFound, "no snapshot " + snapshot_id);
 }
+Result<std::string> Runtime::NetNamespacePath(const std::string&) {
+  return Fail(Errc::kUnavailable,
+              "runtime " + std::string(Name()) + " has no network namespace on the host");
+}
 Status Runtime::Suspend(const std::string&) { return Unsupported(*this, "suspend with processes"); }
 Status Runtime::Wake(const InstanceSpec&) { return Unsupported(*this, "wake with processes"); }
 

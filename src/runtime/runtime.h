@@ -89,6 +89,13 @@ class Runtime {
   [[nodiscard]] virtual Result<int64_t> OomKills(const std::string& id) {
     return Fail(Errc::kUnavailable, "OOM kills are not counted by this runtime");
   }
+  // A path naming the network namespace of a running instance (e.g. /proc/<pid>/ns/net),
+  // which the host may open to make sockets inside the sandbox (ingress, docs/ports.md).
+  // Checked when called: kConflict when the instance does not run. A /proc path can name
+  // another process once the instance dies, so callers call again after opening it and
+  // keep the namespace only if the answer still holds. Default: kUnavailable (the
+  // runtime's sandboxes have no network namespace on the host, e.g. microvm).
+  [[nodiscard]] virtual Result<std::string> NetNamespacePath(const std::string& id);
 
   // --- Runtimes with Capabilities::own_disk (the defaults answer "not supported") ---
 

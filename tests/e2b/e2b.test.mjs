@@ -4,6 +4,7 @@
 // plus SPACE_MAX_FILE_BYTES (spaced's --max-file-bytes) for the oversize-upload check.
 // Run: node --test e2b.test.mjs   (tests/e2b/run_e2b_test.cc does it under ctest)
 import assert from 'node:assert/strict'
+import http from 'node:http'
 import { after, before, describe, test } from 'node:test'
 
 import {
@@ -419,5 +420,52 @@ describe('bad input', () => {
       assert.equal(bad.status, 400)
       assert.equal((await bad.json()).code, 400)
     })
+  })
+})
+
+// Ports as URLs (docs/ports.md): getHost(port) names spaced's port; *.localhost is not in
+// the resolver here, so requests go to 127.0.0.1 with that Host.
+function getThrough(host, headers = {}) {
+  const port = Number(new URL(API).port)
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path: '/hostname', headers: { Host: host, ...headers } }, (res) => {
+      let body = ''
+      res.on('data', (d) => (body += d))
+      res.on('end', () => resolve({ status: res.statusCode, body }))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+describe('ports', () => {
+  test('getHost and trafficAccessToken with allowPublicTraffic: false', async () => {
+    const sbx = await create({ network: { allowPublicTraffic: false } })
+    const port = new URL(API).port
+    assert.equal(sbx.getHost(3000), `3000-${sbx.sandboxId}.localhost:${port}`)
+    assert.match(sbx.trafficAccessToken, /^tt1\./)
+    await sbx.commands.run('mkdir -p /w && echo port-ok > /w/hostname && busybox httpd -p 3000 -h /w')
+    let r
+    for (let i = 0; i < 50; i++) {
+      r = await getThrough(sbx.getHost(3000), { 'e2b-traffic-access-token': sbx.trafficAccessToken })
+      if (r.status === 200) break
+      await new Promise((res) => setTimeout(res, 50))
+    }
+    assert.equal(r.status, 200)
+    assert.equal(r.body, 'port-ok\n')
+    assert.equal((await getThrough(sbx.getHost(3000))).status, 401)
+  })
+
+  test('public by default, as on E2B', async () => {
+    const sbx = await create()
+    assert.equal(sbx.trafficAccessToken, undefined)
+    await sbx.commands.run('mkdir -p /w && echo port-ok > /w/hostname && busybox httpd -p 3001 -h /w')
+    let r
+    for (let i = 0; i < 50; i++) {
+      r = await getThrough(sbx.getHost(3001))
+      if (r.status === 200) break
+      await new Promise((res) => setTimeout(res, 50))
+    }
+    assert.equal(r.status, 200)
   })
 })

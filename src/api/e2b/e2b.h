@@ -35,6 +35,11 @@ Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sandbox_id);
 // with every sandbox scope (expires; revoked when the sandbox is deleted).
 std::string AccessToken(const Ctx& ctx, const store::SandboxRecord& sb);
 bool AccessTokenValid(const Ctx& ctx, const std::string& sandbox_id, std::string_view token);
+// The `trafficAccessToken`: a traffic token for every port of the sandbox, sent by E2B
+// clients as `e2b-traffic-access-token` (docs/ports.md); null for public-traffic sandboxes.
+Json TrafficToken(const Ctx& ctx, const store::SandboxRecord& sb);
+// The `domain` of create and connect answers: --sandbox-domain plus ":<spaced's port>".
+std::string SandboxDomain(const Ctx& ctx);
 
 // Whether X-API-KEY holds an operator API key.
 bool ApiKeyValid(const Ctx& ctx);

@@ -39,8 +39,10 @@ Result<Json> NetworkFromE2b(const Json& body) {
   const Json* n = JsonField(body, "network");
   if (n && !n->is_null() && !n->is_object()) return Fail(Errc::kInvalidArgument, "network must be an object");
   bool internet = a && a->is_boolean() && a->get<bool>();
-  Json out = {{"mode", internet ? "internet" : "none"}};
-  if (!n || n->is_null()) return internet ? out : Json(nullptr);
+  // As on E2B, a sandbox's port URLs are public unless allowPublicTraffic is false
+  // (docs/ports.md#e2b).
+  Json out = {{"mode", internet ? "internet" : "none"}, {"public_traffic", true}};
+  if (!n || n->is_null()) return out;
   for (const auto& [k, v] : n->items()) {
     if (k != "allowOut" && k != "denyOut" && k != "allowPublicTraffic" && k != "maskRequestHost")
       return Fail(Errc::kInvalidArgument, "network." + k + " is not supported by SPACE");

@@ -70,8 +70,8 @@ Json Created(const Ctx& ctx, const store::SandboxRecord& r) {
           {"clientID", "space"},
           {"envdVersion", kEnvdVersion},
           {"envdAccessToken", AccessToken(ctx, r)},
-          {"trafficAccessToken", nullptr},
-          {"domain", nullptr}};
+          {"trafficAccessToken", TrafficToken(ctx, r)},
+          {"domain", SandboxDomain(ctx)}};
 }
 
 // The sandbox as E2B may see it: kNotFound for unknown or deleted ones.
@@ -307,7 +307,7 @@ Awaitable<bool> RouteControl(Ctx& ctx) {
     }
     Json detail = Listed(*rec);
     detail["envdAccessToken"] = AccessToken(ctx, *rec);
-    detail["domain"] = nullptr;
+    detail["domain"] = SandboxDomain(ctx);
     detail["allowInternetAccess"] = core::Platform::StoredPolicy(*rec).internet();
     detail["lifecycle"] = {
         {"onTimeout", JsonStringOr(rec->spec, "on_timeout", "delete") == "delete" ? "kill" : "pause"},
@@ -353,12 +353,30 @@ std::string AccessToken(const Ctx& ctx, const store::SandboxRecord& sb) {
   return MintToken(ctx, sb, "", auth::kAllSandboxScopes).first;
 }
 
+Json TrafficToken(const Ctx& ctx, const store::SandboxRecord& sb) {
+  if (core::Platform::StoredPolicy(sb).public_traffic) return nullptr;
+  // Every port, for the sandbox's life (revoked with it, or with its signing key).
+  auth::TrafficClaims c;
+  c.sandbox_id = sb.id;
+  c.generation = sb.created_ms;
+  return ctx.opts->signing_keys->MintTraffic(c);
+}
+
+std::string SandboxDomain(const Ctx& ctx) {
+  // The SDK's getHost(port) is "{port}-{id}.{domain}": with spaced's port in the domain,
+  // that is a host:port a browser or curl reaches over http.
+  beast::error_code ec;
+  int port = ctx.stream->socket().local_endpoint(ec).port();
+  return ctx.opts->sandbox_domain + (ec || port == 80 ? "" : ":" + std::to_string(port));
+}
+
 bool AccessTokenValid(const Ctx& ctx, const std::string& sandbox_id, std::string_view token) {
   if (ctx.opts->no_auth) return true;
   if (!auth::LooksLikeToken(token)) return false;
   auto claims = ctx.opts->signing_keys->Verify(token, NowUnixMillis() / 1000);
+  // Every sandbox scope (those minted before the "ports" scope existed lack only it).
   if (!claims || claims->sandbox_id != sandbox_id || !claims->command_id.empty() ||
-      claims->scopes != auth::kAllSandboxScopes)
+      (claims->scopes | auth::kPorts) != auth::kAllSandboxScopes)
     return false;
   // Revoked with its sandbox (and not valid for a later sandbox reusing the id).
   auto sb = ctx.platform->GetSandbox(sandbox_id);

@@ -26,6 +26,7 @@
 #include "runtime/oci/bundle.h"
 #include "runtime/oci/cgroups.h"
 #include "runtime/oci/mount_ns.h"
+#include "runtime/oci/netns.h"
 #include "runtime/oci/oci.h"
 #include "runtime/oci/seccomp_bpf.h"
 #include "sys/sys.h"
@@ -172,6 +173,10 @@ class OciRuntime final : public Runtime {
   Result<int64_t> OomKills(const std::string& id) override;
   std::string AgentSocketPath(const std::string& id) const override {
     return RunDir(id) + "/agent.sock";
+  }
+  Result<std::string> NetNamespacePath(const std::string& id) override {
+    if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "oci: bad instance id '" + id + "'");
+    return oci::InitNetNamespace(StateDirOf(id), CgroupRel(id));
   }
 
  private:
