@@ -363,6 +363,16 @@ class NetworkImpl final : public Network {
   Result<std::shared_ptr<tls::SandboxCa>> CaFor(const std::string& id, const Policy& p);
   std::string CaPath(const std::string& id) const { return opts().state_dir + "/ca/" + id; }
   Status ApplyRuleset();       // the whole table, one transaction; call with mu_ held
+  // Applies an nft script in one transaction (kept as DATA/net/ruleset.nft).
+  Status RunNft(const std::string& script) {
+    const std::string path = opts().state_dir + "/ruleset.nft";
+    SPACE_TRY(sys::WriteFileAtomic(path, script, 0600));
+    sys::SpawnOptions so;
+    so.argv = {"nft", "-f", path};
+    auto r = sys::RunChecked(so, kIpTimeoutMs);
+    if (!r) return tl::unexpected(std::move(r.error()).Wrap("nft"));
+    return Ok();
+  }
   Status MakeNamespace(const std::string& id, int slot);
   void RemoveNamespace(const std::string& id, int slot);
 
@@ -436,18 +446,8 @@ Status NetworkImpl::ApplyRuleset() {
   const std::string table = "space_" + opts().tag;
   std::string out = "add table inet " + table + "\ndelete table inet " + table + "\n";
   auto sandboxes = shared_.All();
-  if (sandboxes.empty()) {
-    // Nothing attached: no table at all (and no ports held open by the kernel's view).
-    return [&]() -> Status {
-      const std::string path = opts().state_dir + "/ruleset.nft";
-      SPACE_TRY(sys::WriteFileAtomic(path, out, 0600));
-      sys::SpawnOptions so;
-      so.argv = {"nft", "-f", path};
-      auto r = sys::RunChecked(so, kIpTimeoutMs);
-      if (!r) return tl::unexpected(std::move(r.error()).Wrap("nft"));
-      return Ok();
-    }();
-  }
+  // Nothing attached: no table at all.
+  if (sandboxes.empty()) return RunNft(out);
   shared_.RefreshHostAddrs();
   const std::string ifs = "s" + opts().tag + "-*";
   const int H = proxy_->http_port(), S = proxy_->tls_port(), O = proxy_->other_port(),
@@ -518,12 +518,7 @@ Status NetworkImpl::ApplyRuleset() {
     << "    ip saddr " << opts().subnet.ToString() << " oifname != \"" << ifs << "\" masquerade\n  }\n";
   t << "}\n";
   out += t.str();
-  const std::string path = opts().state_dir + "/ruleset.nft";
-  SPACE_TRY(sys::WriteFileAtomic(path, out, 0600));
-  sys::SpawnOptions so;
-  so.argv = {"nft", "-f", path};
-  auto r = sys::RunChecked(so, kIpTimeoutMs);
-  if (!r) return tl::unexpected(std::move(r.error()).Wrap("nft"));
+  SPACE_TRY(RunNft(out));
   if (!forwarding_checked_) {
     // Non-TCP flows (UDP, ICMP) allowed by CIDR are routed, which needs forwarding on.
     auto f = sys::ReadFile("/proc/sys/net/ipv4/ip_forward");

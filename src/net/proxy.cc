@@ -119,7 +119,7 @@ void SendBadGateway(int fd, const std::string& reason) {
 
 // Moves bytes from one socket to the other through a pipe with splice(2) (no copy through
 // user space) until `from` ends; then half-closes `to`. A failure ends the flow both ways.
-uint64_t Pump(int from, int to, int other_from) {
+uint64_t Pump(int from, int to) {
   uint64_t total = 0;
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return 0;
@@ -148,7 +148,6 @@ uint64_t Pump(int from, int to, int other_from) {
   if (failed) {
     ::shutdown(from, SHUT_RDWR);
     ::shutdown(to, SHUT_RDWR);
-    ::shutdown(other_from, SHUT_RDWR);
   } else {
     ::shutdown(to, SHUT_WR);
   }
@@ -158,8 +157,8 @@ uint64_t Pump(int from, int to, int other_from) {
 // Copies bytes both ways until both directions are closed (or the flow is cut: Recheck
 // shuts the sockets down, which ends both splices).
 void Relay(Flow& f, uint64_t* out, uint64_t* in) {
-  std::thread down([&] { *in = Pump(f.upstream_fd, f.client_fd, f.client_fd); });
-  *out += Pump(f.client_fd, f.upstream_fd, f.upstream_fd);
+  std::thread down([&] { *in = Pump(f.upstream_fd, f.client_fd); });
+  *out += Pump(f.client_fd, f.upstream_fd);
   down.join();
 }
 
