@@ -339,6 +339,18 @@ Status Platform::DeleteOutput(const std::string& sandbox_id, const std::string& 
   auto sb = impl_->Find(sandbox_id);
   if (!sb) return Fail(Errc::kNotFound, "no sandbox " + sandbox_id);
   if (!IsValidId(cid, "cmd")) return Fail(Errc::kNotFound, "no command " + cid);
+  // Removes the command's two log files and takes their size off the sandbox's total.
+  auto RemoveOutputFiles = [&]() -> Status {
+    const std::string dir = impl_->LogDir(sandbox_id);
+    for (auto s : {store::OutputStream::kStdout, store::OutputStream::kStderr}) {
+      const std::string path = store::OutputPath(dir, cid, s);
+      struct stat st;
+      if (::stat(path.c_str(), &st) != 0) continue;
+      if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoFail("delete " + path);
+      sb->output_stored -= st.st_size;
+    }
+    return Ok();
+  };
   std::shared_ptr<Command> live;
   {
     std::lock_guard l(sb->cmd_mu);
@@ -353,28 +365,13 @@ Status Platform::DeleteOutput(const std::string& sandbox_id, const std::string& 
     live->discard = true;
     live->held.clear();
     sb->output_held = true;  // GuardTick asks the agent for the rest (and the exit)
-    const std::string dir = impl_->LogDir(sandbox_id);
-    for (auto s : {store::OutputStream::kStdout, store::OutputStream::kStderr}) {
-      const std::string path = store::OutputPath(dir, cid, s);
-      struct stat st;
-      if (::stat(path.c_str(), &st) != 0) continue;
-      if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoFail("delete " + path);
-      sb->output_stored -= st.st_size;
-    }
-    return Ok();
+    return RemoveOutputFiles();
   }
   auto rec = impl_->store->GetCommand(sandbox_id, cid);
   if (!rec) return tl::unexpected(rec.error());
   if (rec->state == "running" || rec->state == "starting")
     return Fail(Errc::kConflict, "command " + cid + " is running");
-  const std::string dir = impl_->LogDir(sandbox_id);
-  for (auto s : {store::OutputStream::kStdout, store::OutputStream::kStderr}) {
-    const std::string path = store::OutputPath(dir, cid, s);
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0) continue;
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoFail("delete " + path);
-    sb->output_stored -= st.st_size;
-  }
+  SPACE_TRY(RemoveOutputFiles());
   if (sb->output_stored.load() < 0) sb->output_stored = 0;
   notifier_.Notify("cmd:" + sandbox_id + ":" + cid);
   return Ok();
