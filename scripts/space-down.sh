@@ -37,6 +37,12 @@ for pf in "$DATA"/runtime/microvm/vms/*/qemu.pid "$DATA"/runtime/microvm/vms/.po
   fi
 done
 # Unmount deepest first.
+# Networking (docs/networking.md): the namespaces, host veths and nftables table named
+# after the data dir's tag (BLAKE2b-128 of its path, first 6 hex digits).
+TAG=$(printf %s "$DATA" | b2sum -l 128 | cut -c1-6)
+for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^space-$TAG-"); do ip netns del "$ns" 2>/dev/null || true; done
+for l in $(ls /sys/class/net 2>/dev/null | grep "^s$TAG-"); do ip link del "$l" 2>/dev/null || true; done
+nft delete table inet "space_$TAG" 2>/dev/null || true
 grep -F " $DATA" /proc/self/mountinfo | awk '{print $5}' | sort -r | while read -r m; do
   umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
 done

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "net/dns.h"
+#include "net/net.h"
 #include "net/policy.h"
 #include "net/sniff.h"
 
@@ -22,6 +23,9 @@ std::string ParseError(const Json& j) {
   auto p = ParsePolicy(j, TestPresets());
   return p ? "" : p.error().message;
 }
+
+// scripts/space-down.sh derives the same tag with `printf %s DIR | b2sum -l 128 | cut -c1-6`.
+TEST(Tag, IsBlake2b128OfTheDataDir) { EXPECT_EQ(TagForDataDir("/tmp/x"), "1834b6"); }
 
 TEST(Cidr, ParsesAndRefuses) {
   auto c = ParseCidr("203.0.113.0/24");
