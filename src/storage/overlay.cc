@@ -202,7 +202,18 @@ Status OverlayDriver::DeleteLayer(const std::string& digest) {
 }
 
 Status OverlayDriver::MountRoot(const std::string& dir, const std::string& lowerdir) {
-  std::string opts = "lowerdir=" + lowerdir + ",upperdir=" + dir + "/upper,workdir=" + dir +
+  // A root with a quota keeps its writable layer on its own ext4 image of that size
+  // (disk.img, loop-mounted at disk/): writes past it fail with ENOSPC.
+  std::string rw = dir;
+  if (sys::Exists(dir + "/disk.img")) {
+    rw = dir + "/disk";
+    if (!sys::Exists(rw + "/upper")) {
+      // mount(8) sets the loop device up with LO_FLAGS_AUTOCLEAR: unmounting frees it.
+      auto r = sys::RunChecked({.argv = {"mount", "-t", "ext4", "-o", "loop,noatime", dir + "/disk.img", rw}});
+      if (!r) return tl::unexpected(std::move(r.error()).Wrap("mount the root's disk image"));
+    }
+  }
+  std::string opts = "lowerdir=" + lowerdir + ",upperdir=" + rw + "/upper,workdir=" + rw +
                      "/work";
   std::string merged = dir + "/merged";
   if (::mount("overlay", merged.c_str(), "overlay", 0, opts.c_str()) != 0)
@@ -226,9 +237,6 @@ Result<std::string> OverlayDriver::CreateRootOver(const std::string& id,
                                                   int64_t quota_bytes) {
   std::string ctx = "create root " + id;
   if (quota_bytes < 0) return Fail(Errc::kInvalidArgument, ctx + ": negative quota");
-  if (quota_bytes > 0 && !quota_warned_.exchange(true)) {
-    spdlog::warn("storage: the overlay driver cannot enforce disk quotas; ignoring them");
-  }
   struct stat lst;
   if (::stat(lowerdir.c_str(), &lst) != 0) {
     if (errno == ENOENT) return Fail(Errc::kNotFound, ctx + ": " + what + " not found");
@@ -252,6 +260,28 @@ Result<std::string> OverlayDriver::CreateRootOver(const std::string& id,
     std::string upper = tmp + "/upper";
     if (::chown(upper.c_str(), lst.st_uid, lst.st_gid) != 0) return ErrnoFail("chown " + upper);
     if (::chmod(upper.c_str(), lst.st_mode & 07777) != 0) return ErrnoFail("chmod " + upper);
+    if (quota_bytes > 0) {
+      // The quota: an ext4 image holding upper/ and work/ (made with them, owners and
+      // modes kept, by mkfs.ext4 -d; no journal: the image is the root's scratch layer,
+      // and its fsyncs reach the host file anyway), sparse, mounted by MountRoot.
+      int64_t bytes = std::max<int64_t>(quota_bytes, 8ll << 20);
+      bytes = (bytes + 4095) / 4096 * 4096;
+      std::string img = tmp + "/disk.img";
+      auto fd = sys::Open(img, O_WRONLY | O_CREAT | O_EXCL, 0600);
+      if (!fd) return tl::unexpected(fd.error());
+      if (::ftruncate(fd->get(), bytes) != 0) return ErrnoFail("size " + img);
+      fd->Reset();
+      std::string seed = tmp + "/seed";
+      if (::mkdir(seed.c_str(), 0700) != 0) return ErrnoFail("mkdir " + seed);
+      if (::rename(upper.c_str(), (seed + "/upper").c_str()) != 0) return ErrnoFail("move upper");
+      if (::rename((tmp + "/work").c_str(), (seed + "/work").c_str()) != 0) return ErrnoFail("move work");
+      auto r = sys::RunChecked({.argv = {"mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0",
+                                         "-E", "lazy_itable_init=1,root_owner=0:0", "-d", seed, img}},
+                               60000);
+      if (!r) return tl::unexpected(std::move(r.error()).Wrap("make the root's disk image"));
+      SPACE_TRY(sys::RemoveAll(seed));
+      if (::mkdir((tmp + "/disk").c_str(), 0700) != 0) return ErrnoFail("mkdir disk");
+    }
     // No fsync: it would cost milliseconds per sandbox on a busy disk, and a crash right
     // after creation loses at most a fresh, empty root (Remount then reports it).
     std::string record = tmp + "/" + record_name;

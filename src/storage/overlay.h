@@ -1,5 +1,6 @@
 // The overlayfs storage driver (private to src/storage; use storage.h). The fallback
-// where btrfs is unavailable: roots are cheap to create, but quotas are not enforced.
+// where btrfs is unavailable: roots are cheap to create; a root with a quota keeps its
+// writable layer on an ext4 image of that size (ENOSPC past it).
 //
 // Layout under DATA/storage/overlay:
 //   layers/<digest>          plain directory tree per template layer (lowerdir)
@@ -10,6 +11,8 @@
 //   roots/<id>/layer         the digest the root was made from (to remount after reboot),
 //   roots/<id>/lower         or the lowers/ entry it was made from
 //   roots/<id>/upper, work   the root's writable layer and overlayfs scratch dir
+//   roots/<id>/disk.img      with a quota: a sparse ext4 image of that size holding upper/
+//   roots/<id>/disk/         and work/, loop-mounted here (instead of the two dirs above)
 //   roots/<id>/merged        the overlayfs mount: the sandbox root
 //   tmp/<name>               imports in progress; removed by Open() after a crash
 //   roots/.tmp-*, .del-*     roots being created/deleted; removed by Open() after a crash
@@ -83,7 +86,6 @@ class OverlayDriver final : public Driver {
   Status CleanLowers();
 
   const std::string base_, layers_, lowers_, snapshots_, roots_, tmp_;
-  std::atomic<bool> quota_warned_{false};
   // Serialises what makes or drops references to lowers/ entries (snapshot links, root
   // records, pins) against the check that deletes an unreferenced entry.
   std::mutex lowers_mu_;

@@ -436,13 +436,10 @@ TEST_P(SnapshotTest, QuotaOfRootFromSnapshotCountsOnlyNewWrites) {
   ASSERT_FALSE(f.empty());
   EXPECT_EQ(WriteMiB(f + "/small", 4), 0) << "under the limit must succeed";
   int err = WriteMiB(f + "/too-big", 32);
-  if (btrfs()) {
-    EXPECT_TRUE(err == EDQUOT || err == ENOSPC) << "got " << std::strerror(err);
-    // The limit is on the new root's qgroup, not on the snapshot or the source root.
-    EXPECT_EQ(WriteMiB(r + "/more", 32), 0);
-  } else {
-    EXPECT_EQ(err, 0) << "overlay ignores quotas";
-  }
+  EXPECT_TRUE(err == EDQUOT || err == ENOSPC) << "got " << std::strerror(err);
+  // The limit is the new root's (its qgroup; overlay: its own disk image), not the
+  // snapshot's or the source root's.
+  EXPECT_EQ(WriteMiB(r + "/more", 32), 0);
   // The source root goes first, while the snapshot and the fork still share its data:
   // simple quotas keep that charged to its qgroup until the last sharer is gone. No
   // qgroup may outlive them all.

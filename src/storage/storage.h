@@ -92,8 +92,8 @@ class Driver {
   // Creates the writable root of sandbox `id` from layer `digest`; returns its absolute
   // path (a directory usable as an OCI root.path). kNotFound if the layer is missing,
   // kConflict if the root exists. quota_bytes > 0 limits the bytes the sandbox may write
-  // (btrfs: qgroup limit on exclusive bytes; writes past it fail with EDQUOT). overlay
-  // cannot enforce quotas: the limit is logged and ignored. 0 = no quota.
+  // (btrfs: qgroup limit on exclusive bytes; writes past it fail with EDQUOT; overlay: the
+  // writable layer lives on an ext4 image of that size, ENOSPC past it). 0 = no quota.
   [[nodiscard]] virtual Result<std::string> CreateRoot(const std::string& id,
                                                        const std::string& digest,
                                                        int64_t quota_bytes) = 0;

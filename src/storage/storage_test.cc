@@ -349,10 +349,22 @@ TEST_P(StorageTest, Quota) {
   EXPECT_EQ(write_mib(limited + "/small", 4), 0) << "under the limit must succeed";
   EXPECT_EQ(write_mib(free_root + "/big", 32), 0);
   int err = write_mib(limited + "/too-big", 32);
-  if (btrfs()) {
-    EXPECT_TRUE(err == EDQUOT || err == ENOSPC) << "got " << std::strerror(err);
-  } else {
-    EXPECT_EQ(err, 0) << "overlay ignores quotas";
+  EXPECT_TRUE(err == EDQUOT || err == ENOSPC) << "got " << std::strerror(err);
+  // What was written under the limit stays, the layer's data shows through, and the
+  // root takes writes again once space is freed.
+  EXPECT_EQ(::unlink((limited + "/too-big").c_str()), 0);
+  EXPECT_EQ(write_mib(limited + "/after", 2), 0);
+  struct stat st;
+  ASSERT_EQ(::stat((limited + "/etc/big").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 16 << 20);
+  if (!btrfs()) {
+    // After an unmount (a reboot), Remount brings back the image and its files.
+    ASSERT_TRUE(sys::RunChecked({.argv = {"umount", limited}}));
+    ASSERT_TRUE(sys::RunChecked({.argv = {"umount", storage() + "/overlay/roots/sb-quota/disk"}}));
+    ASSERT_TRUE(driver_->Remount("sb-quota"));
+    ASSERT_EQ(::stat((limited + "/small").c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, 4 << 20);
+    EXPECT_NE(write_mib(limited + "/too-big", 32), 0);
   }
   ASSERT_TRUE(driver_->DeleteRoot("sb-quota"));
   ASSERT_TRUE(driver_->DeleteRoot("sb-free"));
