@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "agent/exec.h"
+#include "agent/sync.h"
 #include "agent/log.h"
 #include "common/json.h"
 
@@ -567,88 +568,6 @@ Json Agent::Hello() const {
 // ---------------------------------------------------------------------------------------
 // Requests.
 
-// `sync`: a microVM restored from a snapshot wakes with the clock, host name, machine id
-// and random state of the moment the snapshot was taken. The host sends the real time,
-// the clone's identity and fresh entropy; each step is best effort (a container's agent
-// may not set the clock) and the response says which were applied.
-namespace {
-
-std::string FromHex(const std::string& hex) {
-  std::string out;
-  if (hex.size() % 2) return out;
-  for (size_t i = 0; i < hex.size(); i += 2) {
-    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  }
-  return out;
-}
-
-// Replaces `path` atomically (a temporary file renamed over it) without fsync: a guest
-// fsync is a flush of the virtual disk, i.e. a host fdatasync, which cost ~100 ms of a
-// restore. The file stays in the guest's page cache, which every snapshot, suspend and
-// fork saves with the disk; a guest that crashes before writeback is a lost sandbox anyway.
-bool ReplaceFileNoSync(const std::string& path, std::string_view data, mode_t mode) {
-  std::string tmp = path + ".tmp.sync";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return false;
-  bool ok = sys::WriteAll(fd, data).has_value() && ::fchmod(fd, mode) == 0;
-  ::close(fd);
-  ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
-  if (!ok) ::unlink(tmp.c_str());
-  return ok;
-}
-
-// /etc/machine-id is overwritten in place when it has the new id's length (every sync
-// after the first): replacing a file by rename makes ext4 start writing it back at once
-// (auto_da_alloc), which under TCG cost 15-30 ms of every restore.
-bool WriteMachineId(const std::string& id) {
-  const std::string data = id + "\n";
-  const char* path = "/etc/machine-id";
-  int fd = ::open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd >= 0) {
-    struct stat st;
-    bool same_size = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-                     static_cast<size_t>(st.st_size) == data.size();
-    bool ok = same_size && ::pwrite(fd, data.data(), data.size(), 0) == static_cast<ssize_t>(data.size());
-    ::close(fd);
-    if (ok) return true;
-  }
-  return ReplaceFileNoSync(path, data, 0444);
-}
-
-Json SyncIdentity(const Json& j) {
-  Json out = {{"ok", true}};
-  if (auto t = JsonInt(j, "time_ns"); t && *t > 0) {
-    struct timespec ts = {static_cast<time_t>(*t / 1'000'000'000), static_cast<long>(*t % 1'000'000'000)};
-    out["clock_set"] = ::clock_settime(CLOCK_REALTIME, &ts) == 0;
-  }
-  if (auto h = JsonString(j, "hostname"); h && !h->empty() && h->size() < 64) {
-    out["hostname_set"] = ::sethostname(h->data(), h->size()) == 0;
-  }
-  if (auto id = JsonString(j, "machine_id");
-      id && id->size() == 32 && id->find_first_not_of("0123456789abcdef") == std::string::npos) {
-    out["machine_id_set"] = WriteMachineId(*id);
-  }
-  if (auto e = JsonString(j, "entropy"); e && !e->empty() && e->size() <= 1024) {
-    std::string bytes =
-        e->find_first_not_of("0123456789abcdef") == std::string::npos ? FromHex(*e) : "";
-    bool added = false;
-    int fd = ::open("/dev/random", O_WRONLY | O_CLOEXEC);
-    if (fd >= 0 && !bytes.empty()) {
-      std::string buf(sizeof(struct rand_pool_info) + bytes.size(), '\0');
-      auto* info = reinterpret_cast<struct rand_pool_info*>(buf.data());
-      info->entropy_count = static_cast<int>(bytes.size() * 8);
-      info->buf_size = static_cast<int>(bytes.size());
-      std::memcpy(info->buf, bytes.data(), bytes.size());
-      added = ::ioctl(fd, RNDADDENTROPY, info) == 0;
-      if (added) (void)::ioctl(fd, RNDRESEEDCRNG);
-    }
-    if (fd >= 0) ::close(fd);
-    out["entropy_added"] = added;
-  }
-  return out;
-}
-
-}  // namespace
 
 void Agent::HandleRequest(uint32_t request, std::string_view payload) {
   auto m = DecodeMessage(payload);

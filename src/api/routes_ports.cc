@@ -97,13 +97,46 @@ Awaitable<beast::error_code> ConnectOne(beast::tcp_stream& s, const tcp::endpoin
   co_return ec;
 }
 
-Awaitable<Connected> ConnectUpstream(Ctx& ctx, const store::SandboxRecord& rec, int port) {
+// A microVM's services are reached at the guest's own address, which the host routes to
+// over the sandbox's veth: only sandboxes with network have one, and only services that
+// listen on it (or on 0.0.0.0) answer; the guest's loopback is its own.
+Awaitable<Connected> ConnectGuest(Ctx& ctx, const store::SandboxRecord& rec, int port) {
   Connected out;
-  if (rec.runtime == "microvm") {
+  const Json* n = JsonField(rec.spec, "net");
+  std::string ip = n ? JsonStringOr(*n, "sandbox_ip", "") : "";
+  beast::error_code ec;
+  auto addr = asio::ip::make_address_v4(ip, ec);
+  if (ip.empty() || ec || core::Platform::StoredPolicy(rec).internet() == false) {
     out.status = 501;
-    out.message = "ports of microvm sandboxes are not supported yet (sandbox " + rec.id + ")";
+    out.message = "sandbox " + rec.id + " is a microvm without network: its ports are reachable only "
+                  "when it is created with network mode internet";
     co_return out;
   }
+  if (rec.state != "running") {
+    out.status = 409;
+    out.message = "sandbox " + rec.id + " is " + rec.state;
+    co_return out;
+  }
+  out.stream.emplace(ctx.stream->get_executor());
+  ec = co_await ConnectOne(*out.stream, tcp::endpoint(addr, static_cast<uint16_t>(port)));
+  if (ec) {
+    out.stream.reset();
+    out.status = ec == beast::error::timeout ? 504 : 502;
+    out.message = ec == asio::error::connection_refused
+                      ? "nothing is listening on port " + std::to_string(port) + " in sandbox " + rec.id +
+                            " (connection refused on " + ip + "; in a microvm, services must listen on "
+                            "0.0.0.0 or the guest's address, not 127.0.0.1)"
+                      : "cannot reach port " + std::to_string(port) + " in sandbox " + rec.id + ": " +
+                            ec.message();
+    co_return out;
+  }
+  out.stream->socket().set_option(tcp::no_delay(true), ec);
+  co_return out;
+}
+
+Awaitable<Connected> ConnectUpstream(Ctx& ctx, const store::SandboxRecord& rec, int port) {
+  Connected out;
+  if (rec.runtime == "microvm") co_return co_await ConnectGuest(ctx, rec, port);
   core::Platform* p = ctx.platform;
   std::string sb = rec.id;
   auto up = co_await ctx.Blocking([&] { return OpenUpstream(p, sb, AF_INET); });

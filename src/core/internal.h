@@ -214,6 +214,10 @@ struct Platform::Impl {
   // network first when its policy asks for one (the attachment is recorded in
   // rec.spec["net"] and its proxy variables in rec.spec["env"]). Caller holds sb->mu.
   Status StartInstance(Sandbox& sb, runtime::Runtime* rt, runtime::InstanceSpec spec);
+  // Wakes a suspended instance whose runtime kept its processes (microvm): its network
+  // stayed attached while it slept (re-made if spaced lost it) and the guest is told its
+  // address again. Caller holds sb->mu.
+  Status WakeInstance(Sandbox& sb, runtime::Runtime* rt, runtime::InstanceSpec spec);
   // Destroys a sandbox's instance and then its network (idempotent; rt may be null).
   Status DestroyInstance(runtime::Runtime* rt, const std::string& id);
   // After recovery: the data plane for every sandbox whose instance still runs.

@@ -149,7 +149,7 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
       SPACE_TRY(SaveSandbox(*sb));
       Status started;
       if (rt->Caps().suspend_keeps_processes) {
-        started = rt->Wake(InstanceSpecFor(sb->rec, ""));
+        started = WakeInstance(*sb, rt, InstanceSpecFor(sb->rec, ""));
       } else {
         SPACE_TRY_WRAP(storage->Remount(id), "mount root filesystem");
         std::string root = storage->RootPath(id);

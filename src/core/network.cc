@@ -29,19 +29,43 @@ net::Policy LivePolicy(const store::SandboxRecord& rec, const net::Network* netw
   return p ? *p : Platform::StoredPolicy(rec);
 }
 
+// Where the runtime's instances meet their namespace (see net::Link).
+net::Link LinkFor(const runtime::Runtime* rt) {
+  return rt->Caps().network_tap ? net::Link::kTap : net::Link::kNamespace;
+}
+
+net::Link StoredLink(const Json& net) {
+  return JsonStringOr(net, "link", "") == "tap" ? net::Link::kTap : net::Link::kNamespace;
+}
+
+void SpecNetwork(runtime::InstanceSpec& spec, const net::Attachment& a) {
+  spec.network = true;
+  spec.netns_path = a.netns_path;
+  spec.resolv_conf = a.resolv_conf;
+  spec.tap = a.tap;
+  spec.sandbox_ip = a.sandbox_ip;
+  spec.gateway_ip = a.gateway_ip;
+  spec.prefix_len = a.prefix_len;
+}
+
 }  // namespace
 
 Status Platform::Impl::StartInstance(Sandbox& sb, runtime::Runtime* rt, runtime::InstanceSpec spec) {
   net::Policy policy = LivePolicy(sb.rec, network.get());
   if (!policy.internet()) return rt->Start(spec);
   if (!network) return Fail(Errc::kUnavailable, "spaced runs without networking (see spaced --help)");
+  if (!rt->Caps().network)
+    return Fail(Errc::kInvalidArgument, "the " + std::string(rt->Name()) +
+                                            " runtime has no networking: create the sandbox with network mode none");
   int slot = -1;
   if (const Json* n = JsonField(sb.rec.spec, "net")) slot = static_cast<int>(JsonIntOr(*n, "slot", -1));
-  auto attached = network->Attach(sb.rec.id, policy, slot);
+  const net::Link link = LinkFor(rt);
+  auto attached = network->Attach(sb.rec.id, policy, slot, link);
   if (!attached) return tl::unexpected(attached.error());
   sb.rec.spec["net"] = {{"slot", attached->slot},
                         {"sandbox_ip", attached->sandbox_ip},
                         {"gateway_ip", attached->gateway_ip}};
+  if (link == net::Link::kTap) sb.rec.spec["net"]["link"] = "tap";
   Json& env = sb.rec.spec["env"];
   if (!env.is_object()) env = Json::object();
   for (const auto& [k, v] : attached->env) {
@@ -50,12 +74,27 @@ Status Platform::Impl::StartInstance(Sandbox& sb, runtime::Runtime* rt, runtime:
     if (proxy_var || !env.contains(k)) env[k] = v;
   }
   spec.files = attached->files;
-  spec.network = true;
-  spec.netns_path = attached->netns_path;
-  spec.resolv_conf = attached->resolv_conf;
+  SpecNetwork(spec, *attached);
   auto st = rt->Start(spec);
   if (!st) (void)network->Detach(sb.rec.id);
   return st;
+}
+
+Status Platform::Impl::WakeInstance(Sandbox& sb, runtime::Runtime* rt, runtime::InstanceSpec spec) {
+  const Json* n = JsonField(sb.rec.spec, "net");
+  net::Policy policy = LivePolicy(sb.rec, network.get());
+  if (!policy.internet() || !n) return rt->Wake(spec);
+  if (!network) return Fail(Errc::kUnavailable, "spaced runs without networking (see spaced --help)");
+  // Attach keeps nothing of an earlier attach of the id: the same slot gives the guest the
+  // address it already has.
+  auto attached = network->Attach(sb.rec.id, policy, static_cast<int>(JsonIntOr(*n, "slot", -1)),
+                                  StoredLink(*n));
+  if (!attached) return tl::unexpected(attached.error());
+  sb.rec.spec["net"]["slot"] = attached->slot;
+  sb.rec.spec["net"]["sandbox_ip"] = attached->sandbox_ip;
+  sb.rec.spec["net"]["gateway_ip"] = attached->gateway_ip;
+  SpecNetwork(spec, *attached);
+  return rt->Wake(spec);
 }
 
 Status Platform::Impl::DestroyInstance(runtime::Runtime* rt, const std::string& id) {
@@ -75,11 +114,13 @@ void Platform::Impl::ReconcileNetwork() {
     for (const auto& [id, sb] : sandboxes) {
       std::lock_guard l(sb->mu);
       const std::string& s = sb->rec.state;
-      if (s != "running" && s != "paused") continue;
-      net::Policy p = LivePolicy(sb->rec, network.get());
       const Json* n = JsonField(sb->rec.spec, "net");
+      // A VM suspended with its processes keeps its network for its wake.
+      bool kept = n && s == "suspended" && StoredLink(*n) == net::Link::kTap;
+      if (s != "running" && s != "paused" && !kept) continue;
+      net::Policy p = LivePolicy(sb->rec, network.get());
       if (!p.internet() || !n) continue;
-      live[id] = {static_cast<int>(JsonIntOr(*n, "slot", 0)), p};
+      live[id] = {static_cast<int>(JsonIntOr(*n, "slot", 0)), StoredLink(*n), p};
     }
   }
   auto st = network->Reconcile(live);

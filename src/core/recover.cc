@@ -51,8 +51,9 @@ Status Platform::Recover() {
       SPACE_TRY(impl.SaveSandbox(*sb));
     } else if (rec.state == "running" || rec.state == "paused") {
       SPACE_TRY(impl.LoadLiveCommands(*sb));
-      // After a reboot an overlay root is no longer mounted (no-op on btrfs).
-      if (auto st = impl.storage->Remount(rec.id); !st)
+      // After a reboot an overlay root is no longer mounted (no-op on btrfs). Runtimes
+      // that keep their own disk (microvm) have no storage root.
+      if (auto st = rt && rt->Caps().own_disk ? Status(Ok()) : impl.storage->Remount(rec.id); !st)
         spdlog::warn("recovery: sandbox {}: remount root: {}", rec.id, st.error().message);
       auto state = rt->Inspect(rec.id);
       bool alive = state && (*state == runtime::InstanceState::kRunning ||

@@ -45,6 +45,7 @@ struct Flow {
 struct SandboxNet {
   std::string id;
   int slot = 0;
+  Link link = Link::kNamespace;
   uint32_t ip = 0, gateway = 0;
   mutable std::mutex mu;  // guards everything below
   Policy policy;

@@ -41,8 +41,18 @@ std::string TagForDataDir(const std::string& data_dir);
 // configuration for stays empty, and asking for it is refused with a message saying so.
 Presets ResolvePresets(const std::vector<std::string>& operator_presets);
 
+// How a sandbox meets its namespace's veth: its processes live in the namespace
+// (kNamespace: the namespace's eth0 holds the sandbox's address, as for oci), or a VM's
+// NIC is bridged to the veth through a tap device in the namespace (kTap: the guest holds
+// the address and the namespace only moves frames; the host side and its rules are the
+// same).
+enum class Link { kNamespace, kTap };
+
 struct Attachment {
   int slot = 0;
+  Link link = Link::kNamespace;
+  std::string tap;              // kTap: the tap device in the namespace ("tap0")
+  int prefix_len = 31;          // sandbox_ip/prefix_len, gateway_ip the other address
   std::string netns_path;       // /run/netns/space-<tag>-<id>
   std::string sandbox_ip;       // eth0 inside
   std::string gateway_ip;       // the host end: default route, DNS server, proxy
@@ -56,6 +66,7 @@ struct Attachment {
 
 struct LiveSandbox {
   int slot = 0;
+  Link link = Link::kNamespace;
   Policy policy;
 };
 
@@ -68,7 +79,7 @@ class Network {
   // Gives sandbox `id` a namespace, a veth and its rules (slot -1: the lowest free one;
   // else that slot, which must be free). Replaces leftovers of an earlier attach of the id.
   [[nodiscard]] virtual Result<Attachment> Attach(const std::string& id, const Policy& p,
-                                                  int slot = -1) = 0;
+                                                  int slot = -1, Link link = Link::kNamespace) = 0;
   // New flows follow `p` at once; proxied flows it now refuses are cut, and non-TCP
   // packets are judged per packet, so those stop too.
   [[nodiscard]] virtual Status Update(const std::string& id, const Policy& p) = 0;

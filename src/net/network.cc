@@ -22,241 +22,12 @@
 
 namespace space::net {
 
-// ---------------------------------------------------------------- SandboxNet, Shared
-
-namespace {
-constexpr size_t kMaxDecisions = 128;
-}
-
-uint64_t SandboxNet::Record(DecisionRecord r) {
-  std::lock_guard l(mu);
-  decisions.push_back(std::move(r));
-  if (decisions.size() > kMaxDecisions) decisions.pop_front();
-  return next_seq++;
-}
-
-void SandboxNet::AddBytes(uint64_t seq, uint64_t out, uint64_t in) {
-  std::lock_guard l(mu);
-  // decisions holds the records numbered next_seq - size .. next_seq - 1.
-  uint64_t first = next_seq - decisions.size();
-  if (seq < first || seq >= next_seq) return;
-  auto& r = decisions[seq - first];
-  r.bytes_out += out;
-  r.bytes_in += in;
-}
-
-std::shared_ptr<SandboxNet> Shared::ByAddr(uint32_t ip) const {
-  std::shared_lock l(mu_);
-  auto it = by_addr_.find(ip);
-  return it == by_addr_.end() ? nullptr : it->second;
-}
-
-std::shared_ptr<SandboxNet> Shared::ById(const std::string& id) const {
-  std::shared_lock l(mu_);
-  auto it = by_id_.find(id);
-  return it == by_id_.end() ? nullptr : it->second;
-}
-
-void Shared::Put(const std::shared_ptr<SandboxNet>& sb) {
-  std::unique_lock l(mu_);
-  by_addr_[sb->ip] = sb;
-  by_id_[sb->id] = sb;
-}
-
-void Shared::Remove(const std::string& id) {
-  std::unique_lock l(mu_);
-  auto it = by_id_.find(id);
-  if (it == by_id_.end()) return;
-  by_addr_.erase(it->second->ip);
-  by_id_.erase(it);
-}
-
-std::vector<std::shared_ptr<SandboxNet>> Shared::All() const {
-  std::shared_lock l(mu_);
-  std::vector<std::shared_ptr<SandboxNet>> out;
-  for (const auto& [id, sb] : by_id_) out.push_back(sb);
-  return out;
-}
-
-void Shared::RefreshHostAddrs() {
-  std::vector<uint32_t> addrs;
-  ifaddrs* ifa = nullptr;
-  if (::getifaddrs(&ifa) == 0) {
-    for (ifaddrs* i = ifa; i; i = i->ifa_next) {
-      if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET)
-        addrs.push_back(ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr));
-    }
-    ::freeifaddrs(ifa);
-  }
-  std::unique_lock l(mu_);
-  host_addrs_ = std::move(addrs);
-}
-
-bool Shared::Reachable(uint32_t ip) const {
-  if (opts.subnet.Contains(ip)) return false;
-  {
-    std::shared_lock l(mu_);
-    if (std::find(host_addrs_.begin(), host_addrs_.end(), ip) != host_addrs_.end()) return false;
-  }
-  for (const auto& c : opts.allow_private) {
-    if (c.Contains(ip)) return true;
-  }
-  for (const auto& c : AlwaysDeniedRanges()) {
-    if (c.Contains(ip)) return false;
-  }
-  return true;
-}
-
-void Shared::CacheAnswer(const std::string& name, const std::vector<uint32_t>& addrs, uint32_t ttl_s) {
-  std::lock_guard l(cache_mu_);
-  if (cache_.size() > 4096) cache_.clear();
-  int64_t ttl = std::clamp<int64_t>(ttl_s, 1, 300);
-  cache_[name] = {addrs, MonotonicNanos() + ttl * 1000000000};
-}
-
-Result<std::vector<uint32_t>> Shared::Resolve(const std::string& name) {
-  {
-    std::lock_guard l(cache_mu_);
-    auto it = cache_.find(name);
-    if (it != cache_.end() && it->second.expires_ns > MonotonicNanos()) return it->second.addrs;
-  }
-  auto a = dns::ResolveA(upstream, name, 4000);
-  if (!a) return tl::unexpected(a.error());
-  if (a->rcode == dns::kRcodeNxDomain) return Fail(Errc::kNotFound, "no such name");
-  if (a->a.empty()) return Fail(Errc::kNotFound, "no A records");
-  CacheAnswer(name, a->a, a->min_ttl);
-  return a->a;
-}
-
-// ---------------------------------------------------------------- presets, tag
-
-std::string TagForDataDir(const std::string& data_dir) {
-  unsigned char h[16];
-  crypto_generichash(h, sizeof h, reinterpret_cast<const unsigned char*>(data_dir.data()),
-                     data_dir.size(), nullptr, 0);
-  return HexEncode(std::string_view(reinterpret_cast<char*>(h), 3));
-}
-
-namespace {
-
-std::string HostOfUrl(std::string_view url) {
-  size_t s = url.find("://");
-  if (s == std::string_view::npos) return "";
-  std::string_view rest = url.substr(s + 3);
-  rest = rest.substr(0, rest.find_first_of("/?#"));
-  if (size_t at = rest.rfind('@'); at != std::string_view::npos) rest = rest.substr(at + 1);
-  if (size_t colon = rest.rfind(':'); colon != std::string_view::npos) rest = rest.substr(0, colon);
-  return NormaliseHostName(rest);
-}
-
-void AddUrlsFrom(const std::string& text, const std::vector<std::string>& keys,
-                 std::vector<std::string>* out) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    for (const auto& k : keys) {
-      size_t at = line.find(k);
-      if (at == std::string::npos) continue;
-      size_t pos = at + k.size();
-      while (pos < line.size()) {
-        size_t u = line.find("://", pos);
-        if (u == std::string::npos) break;
-        size_t start = line.rfind(' ', u);
-        start = start == std::string::npos ? pos : start + 1;
-        if (start < pos) start = pos;
-        size_t end = line.find_first_of(" \t\"'", u);
-        std::string h = HostOfUrl(std::string_view(line).substr(start, end - start));
-        if (!h.empty() && h.find('.') != std::string::npos &&
-            std::find(out->begin(), out->end(), h) == out->end())
-          out->push_back(h);
-        pos = end == std::string::npos ? line.size() : end;
-      }
-    }
-  }
-}
-
-std::vector<std::string> AptHosts() {
-  std::vector<std::string> out;
-  std::vector<std::string> files = {"/etc/apt/sources.list"};
-  if (DIR* d = ::opendir("/etc/apt/sources.list.d")) {
-    while (dirent* e = ::readdir(d)) {
-      std::string n = e->d_name;
-      if (n.size() > 5 && (n.ends_with(".list") || n.ends_with(".sources")))
-        files.push_back("/etc/apt/sources.list.d/" + n);
-    }
-    ::closedir(d);
-  }
-  for (const auto& f : files) {
-    if (auto t = sys::ReadFile(f)) AddUrlsFrom(*t, {"deb", "URIs:"}, &out);
-  }
-  return out;
-}
-
-std::vector<std::string> PipHosts() {
-  std::vector<std::string> out;
-  for (const char* var : {"PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"}) {
-    if (const char* v = ::getenv(var)) AddUrlsFrom(std::string("x ") + v, {"x"}, &out);
-  }
-  std::vector<std::string> files = {"/etc/pip.conf", "/etc/xdg/pip/pip.conf"};
-  if (const char* home = ::getenv("HOME")) {
-    files.push_back(std::string(home) + "/.config/pip/pip.conf");
-    files.push_back(std::string(home) + "/.pip/pip.conf");
-  }
-  for (const auto& f : files) {
-    if (auto t = sys::ReadFile(f)) AddUrlsFrom(*t, {"index-url", "index_url", "find-links"}, &out);
-  }
-  return out;
-}
-
-std::vector<std::string> NpmHosts() {
-  std::vector<std::string> out;
-  if (const char* v = ::getenv("NPM_CONFIG_REGISTRY")) AddUrlsFrom(std::string("x ") + v, {"x"}, &out);
-  if (const char* v = ::getenv("npm_config_registry")) AddUrlsFrom(std::string("x ") + v, {"x"}, &out);
-  std::vector<std::string> files = {"/etc/npmrc", "/usr/etc/npmrc"};
-  if (const char* home = ::getenv("HOME")) files.push_back(std::string(home) + "/.npmrc");
-  for (const auto& f : files) {
-    if (auto t = sys::ReadFile(f)) AddUrlsFrom(*t, {"registry"}, &out);
-  }
-  return out;
-}
-
-}  // namespace
-
-Presets ResolvePresets(const std::vector<std::string>& operator_presets) {
-  Presets p;
-  // github is a code host, not a package registry: its names are stable and public.
-  p["github"] = {"github.com", "*.github.com", "*.githubusercontent.com", "*.githubassets.com"};
-  p["debian"] = AptHosts();
-  p["pypi"] = PipHosts();
-  p["npm"] = NpmHosts();
-  for (const auto& e : operator_presets) {
-    size_t eq = e.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      spdlog::warn("--egress-preset {}: expected NAME=DOMAIN[,DOMAIN...]; ignored", e);
-      continue;
-    }
-    std::string name = e.substr(0, eq);
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    std::istringstream in(e.substr(eq + 1));
-    std::string d;
-    while (std::getline(in, d, ',')) {
-      auto n = NormaliseDomainPattern(d);
-      if (!n) {
-        spdlog::warn("--egress-preset {}: {}; entry ignored", name, n.error().message);
-        continue;
-      }
-      auto& v = p[name];
-      if (std::find(v.begin(), v.end(), *n) == v.end()) v.push_back(*n);
-    }
-  }
-  return p;
-}
-
 // ---------------------------------------------------------------- the data plane
 
 namespace {
 
 constexpr int64_t kIpTimeoutMs = 15000;
+constexpr char kTapName[] = "tap0";
 
 Status RunIp(const std::vector<std::string>& args) {
   sys::SpawnOptions so;
@@ -343,7 +114,7 @@ class NetworkImpl final : public Network {
 
   Status Init();
   const Presets& presets() const override { return shared_.opts.presets; }
-  Result<Attachment> Attach(const std::string& id, const Policy& p, int slot) override;
+  Result<Attachment> Attach(const std::string& id, const Policy& p, int slot, Link link) override;
   Status Update(const std::string& id, const Policy& p) override;
   Status Detach(const std::string& id) override;
   Status Reconcile(const std::map<std::string, LiveSandbox>& live) override;
@@ -354,9 +125,21 @@ class NetworkImpl final : public Network {
   std::string NetnsName(const std::string& id) const { return "space-" + opts().tag + "-" + id; }
   std::string NetnsPath(const std::string& id) const { return "/run/netns/" + NetnsName(id); }
   std::string HostIf(int slot) const { return "s" + opts().tag + "-" + std::to_string(slot); }
+  // The host end's MAC address, fixed per slot (locally administered: 02, the tag's three
+  // bytes, the slot): a VM guest restored after its namespace was re-made (a wake, a
+  // restart of spaced) still has its gateway's address in its ARP cache, and it stays right.
+  std::string HostMac(int slot) const {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "02:%c%c:%c%c:%c%c:%02x:%02x", opts().tag[0], opts().tag[1], opts().tag[2],
+                  opts().tag[3], opts().tag[4], opts().tag[5], (slot >> 8) & 0xff, slot & 0xff);
+    return buf;
+  }
   uint32_t Gateway(int slot) const { return opts().subnet.addr + 2u * static_cast<uint32_t>(slot); }
   int MaxSlot() const { return (1 << (31 - opts().subnet.prefix)) - 1; }
-  Attachment AttachmentFor(int slot, const std::string& id) const;
+  Attachment AttachmentFor(int slot, const std::string& id, Link link) const;
+  // AttachmentFor plus, with secrets, the trust bundle holding the sandbox's CA.
+  Result<Attachment> AttachmentWithCa(int slot, const std::string& id, Link link, const SandboxNet& sb);
+  Status UpdateLocked(SandboxNet& sb, const Policy& p);  // call with mu_ held
 
   Status EnsureStarted();      // listeners; call with mu_ held
   // The sandbox's CA (with secrets): loaded from the state dir, or made and saved there.
@@ -373,7 +156,7 @@ class NetworkImpl final : public Network {
     if (!r) return tl::unexpected(std::move(r.error()).Wrap("nft"));
     return Ok();
   }
-  Status MakeNamespace(const std::string& id, int slot);
+  Status MakeNamespace(const std::string& id, int slot, Link link);
   void RemoveNamespace(const std::string& id, int slot);
 
   Shared shared_;
@@ -475,8 +258,10 @@ Status NetworkImpl::ApplyRuleset() {
   if (!opts().allow_private.empty())
     t << "  set allow_private { type ipv4_addr; flags interval; auto-merge; elements = { "
       << Elements(opts().allow_private) << " } }\n";
-  std::string vmap;
+  std::string vmap, sources;
   for (const auto& sb : sandboxes) {
+    sources += (sources.empty() ? "" : ", ") + std::string("\"") + HostIf(sb->slot) + "\" . " +
+               Ipv4ToString(sb->ip);
     std::lock_guard l(sb->mu);
     const Policy& p = sb->policy;
     t << "  chain sb_" << sb->slot << " {\n";
@@ -487,6 +272,12 @@ Status NetworkImpl::ApplyRuleset() {
             std::to_string(sb->slot);
   }
   t << "  map sandboxes { type ifname : verdict; elements = { " << vmap << " } }\n";
+  // Each sandbox sends from its own address only (a VM guest, root on its own NIC, could
+  // otherwise pose as another sandbox to the proxy); no IPv6 at all.
+  t << "  set sources { type ifname . ipv4_addr; elements = { " << sources << " } }\n";
+  t << "  chain antispoof {\n    type filter hook prerouting priority raw; policy accept;\n"
+    << "    iifname \"" << ifs << "\" meta nfproto ipv6 drop\n"
+    << "    iifname \"" << ifs << "\" iifname . ip saddr != @sources drop\n  }\n";
   t << "  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n"
     << "    iifname \"" << ifs << "\" meta nfproto ipv4 udp dport 53 redirect to :" << D << "\n"
     << "    iifname \"" << ifs << "\" meta nfproto ipv4 tcp dport 80 redirect to :" << H << "\n"
@@ -499,6 +290,8 @@ Status NetworkImpl::ApplyRuleset() {
     << "    udp dport " << D << " drop\n  }\n";
   t << "  chain from_sandbox_to_host {\n"
     << "    meta nfproto ipv6 drop\n"
+    // Replies on connections the host opened (ingress to a VM guest's address).
+    << "    ct state established,related accept\n"
     << "    tcp dport { " << H << ", " << S << ", " << O << " } accept\n"
     << "    udp dport " << D << " accept\n"
     << "    drop\n  }\n";
@@ -535,9 +328,11 @@ Status NetworkImpl::ApplyRuleset() {
   return Ok();
 }
 
-Attachment NetworkImpl::AttachmentFor(int slot, const std::string& id) const {
+Attachment NetworkImpl::AttachmentFor(int slot, const std::string& id, Link link) const {
   Attachment a;
   a.slot = slot;
+  a.link = link;
+  if (link == Link::kTap) a.tap = kTapName;
   a.netns_path = NetnsPath(id);
   a.gateway_ip = Ipv4ToString(Gateway(slot));
   a.sandbox_ip = Ipv4ToString(Gateway(slot) + 1);
@@ -549,14 +344,15 @@ Attachment NetworkImpl::AttachmentFor(int slot, const std::string& id) const {
   return a;
 }
 
-Status NetworkImpl::MakeNamespace(const std::string& id, int slot) {
+Status NetworkImpl::MakeNamespace(const std::string& id, int slot, Link link) {
   const std::string ns = NetnsName(id), hif = HostIf(slot);
   const std::string gw = Ipv4ToString(Gateway(slot)), ip = Ipv4ToString(Gateway(slot) + 1);
   if (!sys::Exists(NetnsPath(id))) SPACE_TRY_WRAP(RunIp({"netns", "add", ns}), "create namespace");
   // The host end first; the sandbox end is moved into the namespace as it is made.
   if (sys::Exists("/sys/class/net/" + hif)) (void)RunIp({"link", "del", hif});
   SPACE_TRY_WRAP(RunIpBatch(opts().state_dir, {},
-                            "link add " + hif + " type veth peer name eth0 netns " + ns + "\n" +
+                            "link add " + hif + " address " + HostMac(slot) + " type veth peer name eth0 netns " +
+                                ns + "\n" +
                                 "addr add " + gw + "/31 dev " + hif + "\n" +
                                 "link set " + hif + " up\n"),
                  "create veth");
@@ -565,6 +361,22 @@ Status NetworkImpl::MakeNamespace(const std::string& id, int slot) {
                                          {"net/ipv6/conf/default/disable_ipv6", "1"},
                                          {"net/ipv6/conf/eth0/disable_ipv6", "1"},
                                          {"net/ipv6/conf/lo/disable_ipv6", "1"}}));
+  if (link == Link::kTap) {
+    // The guest holds the address: the namespace bridges its veth and a tap (persistent,
+    // so it outlives the VM process across suspend and wake) and has no address of its own.
+    // Made after the sysctls above, br0 and the tap start with IPv6 off too.
+    SPACE_TRY_WRAP(RunIpBatch(opts().state_dir, {"-n", ns},
+                              std::string("link add br0 type bridge\n") +
+                                  "tuntap add dev " + kTapName + " mode tap\n"
+                                  "link set eth0 master br0\n"
+                                  "link set " + kTapName + " master br0\n"
+                                  "link set eth0 up\n"
+                                  "link set " + kTapName + " up\n"
+                                  "link set br0 up\n"
+                                  "link set lo up\n"),
+                   "configure namespace");
+    return Ok();
+  }
   SPACE_TRY_WRAP(RunIpBatch(opts().state_dir, {"-n", ns},
                             "addr add " + ip + "/31 dev eth0\n"
                             "link set eth0 up\n"
@@ -582,10 +394,17 @@ void NetworkImpl::RemoveNamespace(const std::string& id, int slot) {
   }
 }
 
-Result<Attachment> NetworkImpl::Attach(const std::string& id, const Policy& p, int slot) {
+Result<Attachment> NetworkImpl::Attach(const std::string& id, const Policy& p, int slot, Link link) {
   std::lock_guard l(mu_);
   SPACE_TRY(EnsureStarted());
   if (auto existing = shared_.ById(id)) {
+    if (existing->slot == slot && existing->link == link && sys::Exists(NetnsPath(id)) &&
+        sys::Exists("/sys/class/net/" + HostIf(slot))) {
+      // Still attached as asked (a VM waking with its network kept): the namespace and its
+      // devices stay as they are; only the policy is brought up to date.
+      SPACE_TRY(UpdateLocked(*existing, p));
+      return AttachmentWithCa(slot, id, link, *existing);
+    }
     slots_.erase(existing->slot);
     shared_.Remove(id);
     RemoveNamespace(id, existing->slot);
@@ -602,7 +421,7 @@ Result<Attachment> NetworkImpl::Attach(const std::string& id, const Policy& p, i
     if (slot == 0)
       return Fail(Errc::kResourceExhausted, "no free sandbox address in " + opts().subnet.ToString());
   }
-  auto made = MakeNamespace(id, slot);
+  auto made = MakeNamespace(id, slot, link);
   if (!made) {
     RemoveNamespace(id, slot);
     return tl::unexpected(std::move(made.error()).Wrap("net: attach " + id));
@@ -615,6 +434,7 @@ Result<Attachment> NetworkImpl::Attach(const std::string& id, const Policy& p, i
   auto sb = std::make_shared<SandboxNet>();
   sb->id = id;
   sb->slot = slot;
+  sb->link = link;
   sb->gateway = Gateway(slot);
   sb->ip = Gateway(slot) + 1;
   sb->policy = p;
@@ -629,12 +449,16 @@ Result<Attachment> NetworkImpl::Attach(const std::string& id, const Policy& p, i
     (void)ApplyRuleset();
     return tl::unexpected(std::move(applied.error()).Wrap("net: attach " + id));
   }
-  Attachment a = AttachmentFor(slot, id);
-  if (sb->ca) {
+  return AttachmentWithCa(slot, id, link, *sb);
+}
+
+Result<Attachment> NetworkImpl::AttachmentWithCa(int slot, const std::string& id, Link link, const SandboxNet& sb) {
+  Attachment a = AttachmentFor(slot, id, link);
+  if (sb.ca) {
     // The sandbox trusts its CA: the host's bundle plus the CA, where OpenSSL, curl,
     // requests and Node look (and the variables that point them there).
     auto system = sys::ReadFile(std::string(tls::kSystemCaBundle));
-    auto bundle = tls::MakeTrustBundle(sb->ca->cert_pem(), system ? *system : "");
+    auto bundle = tls::MakeTrustBundle(sb.ca->cert_pem(), system ? *system : "");
     if (!bundle) return tl::unexpected(std::move(bundle.error()).Wrap("net: trust bundle"));
     a.files[std::string(tls::kSandboxBundlePath)] = bundle->bundle_pem;
     a.files[std::string(tls::kSandboxCaPath)] = bundle->ca_pem;
@@ -647,20 +471,24 @@ Status NetworkImpl::Update(const std::string& id, const Policy& p) {
   std::lock_guard l(mu_);
   auto sb = shared_.ById(id);
   if (!sb) return Fail(Errc::kNotFound, "net: sandbox " + id + " has no network attached");
+  return UpdateLocked(*sb, p);
+}
+
+Status NetworkImpl::UpdateLocked(SandboxNet& sb, const Policy& p) {
   Policy old;
   {
-    std::lock_guard g(sb->mu);
-    old = sb->policy;
-    sb->policy = p;
+    std::lock_guard g(sb.mu);
+    old = sb.policy;
+    sb.policy = p;
   }
   auto applied = ApplyRuleset();
   if (!applied) {
     // Never half-applied: the proxy and DNS go back to what the kernel still enforces.
-    std::lock_guard g(sb->mu);
-    sb->policy = old;
-    return tl::unexpected(std::move(applied.error()).Wrap("net: update " + id));
+    std::lock_guard g(sb.mu);
+    sb.policy = old;
+    return tl::unexpected(std::move(applied.error()).Wrap("net: update " + sb.id));
   }
-  proxy_->Recheck(*sb);
+  proxy_->Recheck(sb);
   return Ok();
 }
 
@@ -736,7 +564,7 @@ Status NetworkImpl::Reconcile(const std::map<std::string, LiveSandbox>& live) {
     SPACE_TRY(EnsureStarted());
     bool intact = sys::Exists(NetnsPath(id)) && sys::Exists("/sys/class/net/" + HostIf(s.slot));
     if (!intact) {
-      auto made = MakeNamespace(id, s.slot);
+      auto made = MakeNamespace(id, s.slot, s.link);
       if (!made) {
         failed.push_back(id + ": " + made.error().message);
         continue;
@@ -745,6 +573,7 @@ Status NetworkImpl::Reconcile(const std::map<std::string, LiveSandbox>& live) {
     auto sb = std::make_shared<SandboxNet>();
     sb->id = id;
     sb->slot = s.slot;
+    sb->link = s.link;
     sb->gateway = Gateway(s.slot);
     sb->ip = Gateway(s.slot) + 1;
     sb->policy = s.policy;

@@ -36,6 +36,13 @@ struct InstanceSpec {
   // sandbox's /etc/resolv.conf.
   std::string netns_path;
   std::string resolv_conf;
+  // Runtimes with Capabilities::network_tap: the tap device in that namespace to attach the
+  // VM's NIC to, and the address the guest takes (sandbox_ip/prefix_len, default route via
+  // gateway_ip; resolv_conf and files are written inside the guest).
+  std::string tap;
+  std::string sandbox_ip;
+  std::string gateway_ip;
+  int prefix_len = 31;
   // Files bound read-only into the sandbox: absolute path inside -> content (e.g. the
   // trust bundle with the sandbox's CA).
   std::map<std::string, std::string> files;
@@ -60,6 +67,9 @@ struct Capabilities {
   bool own_disk = false;
   // Joins a network namespace made by net/ (InstanceSpec::netns_path): egress by policy.
   bool network = false;
+  // With network: the instance is a VM whose NIC sits on a tap device in that namespace
+  // (InstanceSpec::tap), not processes in it.
+  bool network_tap = false;
 };
 
 class Runtime {

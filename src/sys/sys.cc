@@ -177,6 +177,14 @@ Result<ChildProcess> Spawn(const SpawnOptions& opts) {
       int src = fds[i] >= 0 ? fds[i] : devnull;
       if (::dup2(src, i) < 0) ChildFail(errpipe[1], "dup2");
     }
+    if (opts.pass_fd >= 3) {
+      if (opts.pass_fd == 3) {
+        ::fcntl(3, F_SETFD, 0);
+      } else {
+        if (errpipe[1] == 3) errpipe[1] = ::fcntl(3, F_DUPFD_CLOEXEC, 4);
+        if (::dup2(opts.pass_fd, 3) < 0) ChildFail(errpipe[1], "dup2");
+      }
+    }
     if (!opts.cwd.empty() && ::chdir(opts.cwd.c_str()) != 0) ChildFail(errpipe[1], "chdir");
     if (opts.env) {
       ::execvpe(argv[0], argv.data(), envp.data());

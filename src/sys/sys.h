@@ -75,6 +75,7 @@ struct SpawnOptions {
   bool new_session = false;                 // setsid() in the child
   bool die_with_parent = false;             // SIGKILL the child when the spawning thread exits
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  // -1: /dev/null
+  int pass_fd = -1;                         // >= 3: given to the child as its fd 3
 };
 
 // fork+exec with the options above. Errors in the child before exec are reported back

@@ -39,6 +39,24 @@ inline bool CanRunSandboxes(std::string* why) {
   return true;
 }
 
+// The microVM guest artefacts the build makes beside bin/.
+inline std::string GuestDir() { return BinDir() + "/../share/space/microvm"; }
+
+// Whether this host can boot microVMs (QEMU and the guest kernel and initramfs).
+inline bool CanRunVms(std::string* why) {
+  if (!CanRunSandboxes(why)) return false;
+  if (!sys::Exists("/usr/bin/qemu-system-x86_64")) {
+    *why = "needs qemu-system-x86 (make deps)";
+    return false;
+  }
+  if (!sys::Exists(GuestDir() + "/vmlinux") || !sys::Exists(GuestDir() + "/initrd.cpio")) {
+    *why = "needs the guest kernel (linux-image-cloud-amd64) and a build of the initramfs";
+    return false;
+  }
+  return true;
+}
+
+
 #define SPACE_REQUIRE_SANDBOXES()                                   \
   do {                                                              \
     std::string why_;                                               \

@@ -13,21 +13,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string GuestDir() { return BinDir() + "/../share/space/microvm"; }
-
-bool CanRunVms(std::string* why) {
-  if (!CanRunSandboxes(why)) return false;
-  if (!sys::Exists("/usr/bin/qemu-system-x86_64")) {
-    *why = "needs qemu-system-x86 (make deps)";
-    return false;
-  }
-  if (!sys::Exists(GuestDir() + "/vmlinux") || !sys::Exists(GuestDir() + "/initrd.cpio")) {
-    *why = "needs the guest kernel (linux-image-cloud-amd64) and a build of the initramfs";
-    return false;
-  }
-  return true;
-}
-
 #define SPACE_REQUIRE_VMS()                                          \
   do {                                                               \
     std::string why_;                                                \

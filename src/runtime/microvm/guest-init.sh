@@ -1,5 +1,5 @@
 #!/bin/busybox sh
-# /init of the SPACE microVM initramfs: loads the virtio modules, mounts the root disk
+# /init of the SPACE microVM initramfs: loads the virtio modules (disk, console, NIC), mounts the root disk
 # (/dev/vda, the sandbox's qcow2 overlay on its template image), puts space-agent on a
 # tmpfs at /.space inside it and hands PID 1 over to the agent on the virtio-serial port
 # named space.0. Kernel command line: SPACE_HOSTNAME=NAME sets the host name;
@@ -12,7 +12,7 @@ fail() {
   echo "space-init: $*" > /dev/ttyS0
   /bin/busybox poweroff -f
 }
-for m in virtio_ring virtio virtio_mmio virtio_blk virtio_console; do
+for m in virtio_ring virtio virtio_mmio virtio_blk virtio_console failover net_failover virtio_net; do
   /bin/busybox insmod /lib/modules/$m.ko 2>/dev/ttyS0 || fail "insmod $m"
 done
 i=0

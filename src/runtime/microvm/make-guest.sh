@@ -3,7 +3,7 @@
 #   vmlinux      the uncompressed kernel of the newest installed Debian cloud kernel
 #                (PVH entry: QEMU boots it directly, ~0.25 s faster than the bzImage)
 #   initrd.cpio  uncompressed newc cpio: busybox, /init (guest-init.sh), space-agent and
-#                the virtio modules of that kernel
+#                the virtio modules of that kernel (disk, console, network)
 #   kernel-version
 # Usage: make-guest.sh OUTDIR AGENT_BINARY INIT_SCRIPT [BUSYBOX]
 # Without an installed kernel it prints a warning and exits 0 (spaced then reports the
@@ -16,7 +16,7 @@ if [ -z "$vmlinuz" ]; then
   exit 0
 fi
 kver=${vmlinuz#/boot/vmlinuz-}
-mods=/lib/modules/$kver/kernel/drivers
+mods=/lib/modules/$kver/kernel
 mkdir -p "$out"
 # Fresh? (inputs older than both outputs and the same kernel)
 if [ -f "$out/vmlinux" ] && [ -f "$out/initrd.cpio" ] && [ "$(cat "$out/kernel-version" 2>/dev/null)" = "$kver" ] &&
@@ -42,7 +42,8 @@ cp "$busybox" "$root/bin/busybox"
 cp "$agent" "$root/space-agent"
 cp "$init" "$root/init"
 chmod 0755 "$root/init" "$root/space-agent" "$root/bin/busybox"
-for m in virtio/virtio virtio/virtio_ring virtio/virtio_mmio block/virtio_blk char/virtio_console; do
+for m in drivers/virtio/virtio drivers/virtio/virtio_ring drivers/virtio/virtio_mmio drivers/block/virtio_blk \
+         drivers/char/virtio_console net/core/failover drivers/net/net_failover drivers/net/virtio_net; do
   f=$(ls "$mods/$m".ko* | head -n 1)
   case $f in
     *.xz) xz -dc "$f" > "$root/lib/modules/$(basename "$m").ko" ;;

@@ -3,7 +3,8 @@
 // and an initramfs whose /init hands PID 1 to space-agent on a virtio-serial port.
 //
 // Everything lives under MicrovmOptions::state_dir:
-//   images/<digest>.ext4    the template's tree as a sparse ext4 image (mkfs.ext4 -d; no
+//   images/<digest>[-<N>m].ext4  the template's tree as a sparse ext4 image of the sandbox's
+//                           disk size (limits.disk_bytes: ENOSPC in the guest at it; mkfs.ext4 -d; no
 //                           root mount or loop device), shared read-only by every VM
 //   templates/<key>/        a template snapshot: the guest booted once to its agent, then
 //                           saved with its RAM in `mem` (memory-backend-file, share=on,
