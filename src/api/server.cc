@@ -339,6 +339,8 @@ Awaitable<void> Server::Impl::Dispatch(Ctx& ctx) {
   }
   // The E2B-compatible surface authenticates its own way (X-API-KEY, X-Access-Token).
   if (co_await e2b::Route(ctx)) co_return;
+  // POST /mcp checks Origin, then authorizes itself (routes_mcp.cc).
+  if (co_await RouteMcp(ctx)) co_return;
   if (!co_await Authorize(ctx)) co_return;
   if (ctx.segments.empty() || ctx.segments[0] != "v1") {
     co_await ctx.ReplyError(Error{Errc::kNotFound, 0, "no route " + ctx.method + " " + ctx.path});
