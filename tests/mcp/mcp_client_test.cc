@@ -30,7 +30,9 @@ TEST(McpClientTest, OfficialClientOverStdioAndHttp) {
   env.push_back("SPACE_API_KEY=" + d.api_key());
   env.push_back("SPACE_CLI=" + BinDir() + "/space");
   sys::SpawnOptions o;
-  o.argv = {node, "--test", "--test-reporter=spec", "--test-concurrency=1", "mcp.test.mjs"};
+  // Each test ends within 4 minutes or fails by name (rather than the whole run timing out).
+  o.argv = {node, "--test", "--test-reporter=spec", "--test-concurrency=1", "--test-timeout=240000",
+            "mcp.test.mjs"};
   o.cwd = work;
   o.env = env;
   auto r = sys::Run(o, 12 * 60 * 1000);
