@@ -34,6 +34,8 @@ constexpr Scopes kOpScopes = kSandboxRead | kSandboxLifecycle | kSnapshots;
 
 const AccessRule kAccessRules[] = {
     {"GET", "/v1/whoami", 0, kAnyPrincipal},
+    // MCP (routes_mcp.cc): its tools call the API with the same credential, checked there.
+    {"POST", "/mcp", 0, kAnyPrincipal},
     // Sandboxes. Creating and listing are global: operators only.
     {"GET", "/v1/sandboxes/{sb}", kSandboxRead},
     {"DELETE", "/v1/sandboxes/{sb}", kSandboxLifecycle},

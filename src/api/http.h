@@ -195,5 +195,7 @@ Awaitable<bool> RouteAccess(Ctx& ctx);
 // POST /v1/sandboxes/{id}/urls and ANY /v1/sandboxes/{id}/ports/{port}/... (after Authorize).
 Awaitable<bool> RoutePortsHost(Ctx& ctx);
 Awaitable<bool> RoutePorts(Ctx& ctx);
+// POST /mcp (routes_mcp.cc, docs/mcp.md): checks Origin, then authorizes itself.
+Awaitable<bool> RouteMcp(Ctx& ctx);
 
 }  // namespace space::api

@@ -4,8 +4,8 @@
 #include <condition_variable>
 #include <thread>
 
-#include "api/e2b/e2b.h"
 #include "api/http.h"
+#include "api/router.h"
 
 namespace space::api {
 
@@ -328,29 +328,8 @@ Awaitable<void> Server::Impl::Serve(tcp::socket socket) {
 }
 
 Awaitable<void> Server::Impl::Dispatch(Ctx& ctx) {
-  // A sandbox's port (Host {port}-{id}.{domain}) is never spaced's own API, whatever the path.
-  if (co_await RoutePortsHost(ctx)) co_return;
-  if (ctx.path == "/healthz") {
-    {
-      Json reply_body = {{"ok", true}};
-      co_await ctx.Reply(200, reply_body);
-    }
-    co_return;
-  }
-  // The E2B-compatible surface authenticates its own way (X-API-KEY, X-Access-Token).
-  if (co_await e2b::Route(ctx)) co_return;
-  if (!co_await Authorize(ctx)) co_return;
-  if (ctx.segments.empty() || ctx.segments[0] != "v1") {
-    co_await ctx.ReplyError(Error{Errc::kNotFound, 0, "no route " + ctx.method + " " + ctx.path});
-    co_return;
-  }
-  if (co_await RouteAccess(ctx)) co_return;
-  if (co_await RoutePorts(ctx)) co_return;
-  if (co_await RouteCommands(ctx)) co_return;
-  if (co_await RouteFiles(ctx)) co_return;
-  if (co_await RouteSandboxes(ctx)) co_return;
-  if (co_await RouteTemplates(ctx)) co_return;
-  co_await ctx.ReplyError(Error{Errc::kNotFound, 0, "no route " + ctx.method + " " + ctx.path});
+  // What is served is the route table's (route_table.h); router.cc dispatches by it.
+  co_await RouteRequest(ctx);
 }
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

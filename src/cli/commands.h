@@ -71,5 +71,7 @@ void AddSnapshotCommands(CLI::App& app, Context& ctx);
 void AddTemplateCommands(CLI::App& app, Context& ctx);
 // keys create|ls|rm, token
 void AddKeyCommands(CLI::App& app, Context& ctx);
+// mcp (cmd_mcp.cc)
+void AddMcpCommands(CLI::App& app, Context& ctx);
 
 }  // namespace space::cli

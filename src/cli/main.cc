@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
   AddSnapshotCommands(app, ctx);
   AddTemplateCommands(app, ctx);
   AddKeyCommands(app, ctx);
+  AddMcpCommands(app, ctx);
   // Global options are accepted after the subcommand too (`space ls --json`).
   for (CLI::App* sub : app.get_subcommands({})) sub->fallthrough();
 

@@ -2,9 +2,9 @@
 # Regenerates requirements.lock from requirements.in: resolves the pins with pip into a
 # scratch directory and writes every wheel it took as `name==version --hash=sha256:…`.
 # Run by a developer after editing requirements.in (never by the tests); needs the registry.
-# Usage: tests/python/lock.sh
+# Usage: tests/python/lock.sh [DIR]   (DIR holding requirements.in; default tests/python)
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(cd "${1:-$(dirname "$0")}" && pwd)
 PY=${SPACE_PYTHON:-/usr/bin/python3}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT

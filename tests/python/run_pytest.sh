@@ -11,8 +11,9 @@
 #   5. deletes what is left, stops spaced by its PID and removes everything it left.
 # Exit: pytest's code (5, no tests collected, is turned into a failure), 77 to skip (not
 # root, no crun/busybox, registry unreachable for the first venv).
-# Usage: run_pytest.sh BIN_DIR SUITE_DIR --env space|e2b [--wheel SRC_DIR]
+# Usage: run_pytest.sh BIN_DIR SUITE_DIR --env space|e2b [--wheel SRC_DIR] [--lock LOCK]
 #          [--spaced-arg ARG]… [-- PYTEST_ARGS…]
+# (--lock: another requirements.lock, with a venv of its own; tests/openapi uses it.)
 # (SPACED_ARGS is also exported to the tests as SPACE_SPACED_ARGS, space-separated.)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,11 +21,12 @@ repo=$(cd "$here/../.." && pwd)
 BIN=$(cd "${1:?usage: run_pytest.sh BIN_DIR SUITE_DIR --env space|e2b [--wheel DIR]}" && pwd)
 SUITE=$(cd "${2:?suite dir}" && pwd)
 shift 2
-ENV_KIND="" WHEEL_SRC="" PYTEST_ARGS=() SPACED_ARGS=()
+ENV_KIND="" WHEEL_SRC="" LOCK_FILE="" PYTEST_ARGS=() SPACED_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --env) ENV_KIND=$2; shift 2 ;;
     --wheel) WHEEL_SRC=$(cd "$2" && pwd); shift 2 ;;
+    --lock) LOCK_FILE=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift 2 ;;
     --spaced-arg) SPACED_ARGS+=("$2"); shift 2 ;;
     --) shift; PYTEST_ARGS=("$@"); break ;;
     *) echo "run_pytest: unknown argument $1" >&2; exit 2 ;;
@@ -36,7 +38,8 @@ if [ "$(id -u)" -ne 0 ]; then echo "SKIP: needs root (namespaces, cgroups, loop 
 if [ ! -x /usr/bin/crun ] || [ ! -x /bin/busybox ]; then echo "SKIP: needs crun and busybox-static (make deps)"; exit 77; fi
 
 VENV="$BIN/../python-venv"
-"$here/venv.sh" "$VENV"
+if [ -n "$LOCK_FILE" ]; then VENV="$BIN/../python-venv-$(basename "$(dirname "$LOCK_FILE")")"; fi
+"$here/venv.sh" "$VENV" ${LOCK_FILE:+"$LOCK_FILE"}
 rc=$?
 if [ $rc -eq 77 ]; then echo "SKIP: cannot install the pinned Python packages (registry unreachable)"; exit 77; fi
 [ $rc -eq 0 ] || { echo "run_pytest: making the venv failed" >&2; exit 1; }

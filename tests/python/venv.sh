@@ -3,12 +3,13 @@
 # (3.11, with python3-venv from scripts/install-deps.sh) and exactly the packages of
 # requirements.lock, checked against their hashes. Content-cached: the venv is rebuilt only
 # when the lock file or the interpreter changes (the venv's space-stamp records both). Safe to run concurrently.
-# Usage: tests/python/venv.sh VENV_DIR      exit 0 ready, 77 registry unreachable, else failed
+# Usage: tests/python/venv.sh VENV_DIR [LOCK]   exit 0 ready, 77 registry unreachable, else failed
+# (LOCK defaults to tests/python/requirements.lock; tests/openapi has its own.)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 VENV=${1:?usage: venv.sh VENV_DIR}
 PY=${SPACE_PYTHON:-/usr/bin/python3}
-LOCK="$here/requirements.lock"
+LOCK=${2:-$here/requirements.lock}
 mkdir -p "$(dirname "$VENV")"
 exec 9>"$VENV.lock"
 flock 9
