@@ -14,6 +14,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/tty.h"
 #include "sys/sys.h"
 
 namespace space::cli {
@@ -37,6 +38,7 @@ struct ExecArgs {
   CLI::Option* timeout_opt = nullptr;
   bool stdin_ = false;
   bool shell = false;
+  bool tty = false;
 };
 
 // Copies our stdin to the command's until EOF (then closes it) or until stop_fd is readable.
@@ -109,6 +111,7 @@ int RunExec(Context& ctx, const ExecArgs& a) {
       body["timeout"] = a.timeout;
     }
   }
+  if (a.tty) return RunOnTerminal(ctx, a.id, std::move(body));  // cmd_tty.cc
   body["stdin"] = a.stdin_;
 
   auto c = ctx.GetClient();
@@ -289,11 +292,13 @@ void AddExecCommands(CLI::App& app, Context& ctx) {
     cmd->add_option("-u,--user", a->user, "User to run as");
     a->timeout_opt = cmd->add_option("--timeout", a->timeout, "Kill the command after SECS");
     cmd->add_flag("-i,--stdin", a->stdin_, "Copy this terminal's stdin to the command");
+    cmd->add_flag("-t,--tty", a->tty,
+                  "Run it on a terminal (a pty in the sandbox; ours raw, its size followed)");
     cmd->add_flag("--shell", a->shell,
                   "Run the words as one shell command line ({\"cmd\": ...}) instead of argv");
     cmd->add_option("id", a->id, "Sandbox id")->required();
     cmd->add_option("command", a->command, "Command and arguments (put them after --)")->required();
-    cmd->footer("Example: space exec sb-abc -- sh -c 'echo $HOME'");
+    cmd->footer("Example: space exec sb-abc -- sh -c 'echo $HOME'; space exec -t sb-abc -- top");
     cmd->callback([&ctx, a] { ctx.exit_code = RunExec(ctx, *a); });
   }
   {

@@ -71,5 +71,9 @@ void AddSnapshotCommands(CLI::App& app, Context& ctx);
 void AddTemplateCommands(CLI::App& app, Context& ctx);
 // keys create|ls|rm, token
 void AddKeyCommands(CLI::App& app, Context& ctx);
+// shell (cmd_tty.cc)
+void AddShellCommand(CLI::App& app, Context& ctx);
+// completion bash: registered last, it describes the others
+void AddCompletionCommand(CLI::App& app, Context& ctx);
 
 }  // namespace space::cli

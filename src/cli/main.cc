@@ -96,6 +96,8 @@ int main(int argc, char** argv) {
   AddSnapshotCommands(app, ctx);
   AddTemplateCommands(app, ctx);
   AddKeyCommands(app, ctx);
+  AddShellCommand(app, ctx);
+  AddCompletionCommand(app, ctx);
   // Global options are accepted after the subcommand too (`space ls --json`).
   for (CLI::App* sub : app.get_subcommands({})) sub->fallthrough();
 
