@@ -176,6 +176,30 @@ TEST_F(CliTtyTest, ExecTtyExitCodeAndTerminalRestoredOnSignal) {
   EXPECT_NE(no_tty.err.find("terminal"), std::string::npos) << no_tty.err;
 }
 
+TEST_F(CliTtyTest, LargeCopyShowsProgressOnTheTerminalOnly) {
+  std::string id = CreateSandbox(c());
+  ASSERT_FALSE(id.empty());
+  const std::string big = tmp_.path() + "/big.bin";
+  {
+    std::ofstream f(big);
+    ASSERT_TRUE(f);
+  }
+  ASSERT_EQ(::truncate(big.c_str(), 1ll << 30), 0);  // 1 GiB, sparse: read at memory speed
+  Pane pane(tmp_.path(), "cp");
+  ASSERT_TRUE(pane.Start(SpaceLine("cp " + big + " " + id + ":/root/big.bin")));
+  EXPECT_TRUE(pane.WaitFor("cp big.bin: "));
+  EXPECT_TRUE(pane.WaitFor(" of 1.0 GiB ("));
+  EXPECT_EQ(pane.ExitStatus(), 0);
+  auto st = c().Stat(id, "/root/big.bin");
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_EQ((*st)["size"], 1ll << 30);
+  // Not a terminal: nothing but the copy (stderr stays empty).
+  auto plain = Space({"cp", id + ":/root/big.bin", tmp_.path() + "/back.bin"});
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.err, "");
+  (void)c().Remove(id, "/root/big.bin");
+}
+
 TEST_F(CliTtyTest, LogsFollowStreamsUntilTheCommandEnds) {
   std::string id = CreateSandbox(c());
   ASSERT_FALSE(id.empty());
