@@ -5,7 +5,8 @@
 // is; the remote pty does the echoing and the \n -> \r\n. Threads: this one streams the
 // output; one copies stdin; one takes the signals (SIGWINCH -> resize, SIGTERM/SIGHUP ->
 // passed on, then we leave). The saved terminal state is restored by whichever way out
-// comes first: the normal return, exit(), a fatal signal.
+// comes first: the normal return, exit(), a fatal signal. Stdin pumping and the exit status
+// are exec's (exec_io.h).
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -19,9 +20,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "cli/args.h"
+#include "cli/exec_io.h"
 #include "cli/tty.h"
 #include "sys/sys.h"
 
@@ -85,24 +88,6 @@ std::pair<int, int> WindowSize() {
   return {80, 24};
 }
 
-// Copies our stdin to the remote terminal until stop_fd is readable; our EOF is its ^D.
-void PumpKeys(Client& c, const std::string& id, const std::string& cid, int stop_fd) {
-  std::string buf(64 << 10, '\0');
-  for (;;) {
-    pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {stop_fd, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    if (fds[1].revents != 0) return;
-    ssize_t n = ::read(STDIN_FILENO, buf.data(), buf.size());
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    auto s = n <= 0 ? c.SendStdin(id, cid, {}, /*eof=*/true)
-                    : c.SendStdin(id, cid, std::string_view(buf.data(), static_cast<size_t>(n)));
-    if (!s || n <= 0) return;  // the command ended (or the eof went): nothing more to send
-  }
-}
-
 }  // namespace
 
 int RunOnTerminal(Context& ctx, const std::string& id, Json body) {
@@ -160,14 +145,13 @@ int RunOnTerminal(Context& ctx, const std::string& id, Json body) {
     }
   });
 
-  int stop_pipe[2] = {-1, -1};
-  if (::pipe2(stop_pipe, O_CLOEXEC) != 0) {
+  // Our keys, to the remote terminal (our EOF is its ^D).
+  std::optional<StdinPump> keys(std::in_place, client, id, cid);
+  if (!keys->status()) {
     done = true;
     signals.join();
-    return ReportError(ErrnoFail("pipe").value());
+    return ReportError(keys->status().error());
   }
-  sys::UniqueFd stop_r(stop_pipe[0]), stop_w(stop_pipe[1]);
-  std::thread keys([&] { PumpKeys(client, id, cid, stop_r.get()); });
 
   bool broken = false;
   MuxOffsets offsets;
@@ -181,23 +165,11 @@ int RunOnTerminal(Context& ctx, const std::string& id, Json body) {
   });
 
   done = true;
-  (void)!::write(stop_w.get(), "x", 1);
-  keys.join();
+  keys.reset();
   pthread_kill(signals.native_handle(), SIGUSR2);
   signals.join();
   RestoreTerminal();
-
-  if (!command) return ReportError(command.error());
-  if (broken || command->is_null()) return 128 + SIGPIPE;
-  std::string state = JsonStringOr(*command, "state", "");
-  if (state == "failed") {
-    std::fprintf(stderr, "space: %s could not start: %s\n", CommandLine(*command).c_str(),
-                 JsonStringOr(*command, "reason", "unknown reason").c_str());
-  } else if (state == "lost") {
-    std::fprintf(stderr, "space: %s was lost: %s\n", cid.c_str(),
-                 JsonStringOr(*command, "reason", "its sandbox stopped").c_str());
-  }
-  return Client::ExitCodeOf(*command);
+  return ExitStatusOf(command, broken, cid);
 }
 
 namespace {
