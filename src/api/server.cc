@@ -221,6 +221,9 @@ int64_t WaitMillis(const Ctx& ctx) { return WaitMillis(ctx.query); }
 struct Server::Impl {
   core::Platform* platform;
   ServerOptions opts;
+  // Before ioc: connections' coroutines destroyed with ioc still count their request here.
+  // Its `inflight`: requests being dispatched, /healthz aside.
+  HttpMetrics http_metrics;
   asio::io_context ioc;
   asio::thread_pool pool;
   tcp::acceptor acceptor;
@@ -228,7 +231,6 @@ struct Server::Impl {
   std::mutex mu;
   std::condition_variable cv;
   bool stopped = false;
-  HttpMetrics http_metrics;  // its `inflight`: requests being dispatched, /healthz aside
 
   Impl(core::Platform* p, ServerOptions o)
       : platform(p), opts(std::move(o)), pool(opts.blocking_threads), acceptor(ioc) {}
