@@ -13,7 +13,10 @@ PKGS=(
   python3-venv
   nodejs
   qemu-system-x86 qemu-utils linux-image-cloud-amd64 lz4 cpio e2fsprogs kmod
+  prometheus tmux
 )
+# prometheus: its promtool validates GET /metrics (metrics_test). tmux: the interactive CLI
+# (space shell, exec -t) is driven in a tmux pane (cli_tty_test).
 # python3-venv: the Python SDK tests make a venv with /usr/bin/python3 (tests/python/venv.sh).
 # npm (the E2B SDK compatibility tests install the pinned SDK with `npm ci`): Debian's
 # package, unless the installed nodejs already brings its own npm.

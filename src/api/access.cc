@@ -47,6 +47,7 @@ const AccessRule kAccessRules[] = {
     // The policy may be read by the sandbox's token; changing it is the operator's (code
     // inside a sandbox must not widen its own egress). PUT is therefore not listed.
     {"GET", "/v1/sandboxes/{sb}/network", kSandboxRead},
+    {"GET", "/v1/sandboxes/{sb}/metrics", kSandboxRead},
     {"POST", "/v1/sandboxes/{sb}/snapshots", kSnapshots},
     {"GET", "/v1/sandboxes/{sb}/snapshots", kSnapshots},
     {"GET", "/v1/snapshots/{snap}", kSnapshots},

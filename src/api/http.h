@@ -38,6 +38,8 @@ using tcp = asio::ip::tcp;
 template <class T>
 using Awaitable = asio::awaitable<T>;
 
+class HttpMetrics;  // api/metrics.h
+
 struct Ctx {
   core::Platform* platform;
   asio::thread_pool* pool;
@@ -52,6 +54,9 @@ struct Ctx {
   bool keep_alive = true;
   bool body_consumed = false;
   Principal principal;
+  int status = 0;                       // of the response, once started (for metrics)
+  std::string route;                    // the route label, when not RouteLabel(segments)
+  HttpMetrics* http_metrics = nullptr;  // the server's counters
 
   const http::request<http::empty_body>& req() const { return parser->get(); }
   std::string Query(const std::string& key, const std::string& def = "") const;
@@ -197,5 +202,7 @@ Awaitable<bool> RoutePortsHost(Ctx& ctx);
 Awaitable<bool> RoutePorts(Ctx& ctx);
 // POST /mcp (routes_mcp.cc, docs/mcp.md): checks Origin, then authorizes itself.
 Awaitable<bool> RouteMcp(Ctx& ctx);
+// GET /metrics and GET /v1/sandboxes/{id}/metrics (metrics.cc, after Authorize).
+Awaitable<bool> RouteMetrics(Ctx& ctx);
 
 }  // namespace space::api

@@ -12,6 +12,9 @@ constexpr RouteEntry kRoutes[] = {
     {"GET", "/healthz", Surface::kHealth},
     {"GET", "/openapi.json", Surface::kOpenApi},
     {"POST", "/mcp", Surface::kMcp},
+    // Prometheus metrics and one sandbox's figures (metrics.cc, docs/metrics.md).
+    {"GET", "/metrics", Surface::kV1},
+    {"GET", "/v1/sandboxes/{id}/metrics", Surface::kV1},
     // E2B control plane (e2b/routes_e2b_control.cc, docs/e2b-compat.md).
     {"GET", "/sandboxes", Surface::kE2b},
     {"GET", "/v2/sandboxes", Surface::kE2b},

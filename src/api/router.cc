@@ -45,7 +45,10 @@ Awaitable<void> ServeOpenApi(Ctx& ctx) {
 
 Awaitable<void> RouteRequest(Ctx& ctx) {
   // A sandbox's port (Host {port}-{id}.{domain}) is never spaced's own API, whatever the path.
-  if (co_await RoutePortsHost(ctx)) co_return;
+  if (co_await RoutePortsHost(ctx)) {
+    ctx.route = "{port}-{id}.{domain}";  // metrics' label: a sandbox's port, not spaced's API
+    co_return;
+  }
   // E2B's envd surface is chosen by a header, whatever the path; it authenticates its own
   // way (X-Access-Token).
   if (ctx.path != "/healthz" && !e2b::HeaderOr(ctx, "E2b-Sandbox-Id").empty()) {
@@ -77,6 +80,7 @@ Awaitable<void> RouteRequest(Ctx& ctx) {
     served = co_await e2b::RouteControl(ctx);
   } else {
     if (!co_await Authorize(ctx)) co_return;
+    if (co_await RouteMetrics(ctx)) co_return;
     if (co_await RouteAccess(ctx)) co_return;
     if (co_await RoutePorts(ctx)) co_return;
     if (co_await RouteCommands(ctx)) co_return;

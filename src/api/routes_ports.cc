@@ -372,6 +372,7 @@ Awaitable<void> Relay(Ctx& ctx, beast::tcp_stream& up, const std::string& target
     // Served from spaced's own origin: the page must not act as that origin.
     res.set("Content-Security-Policy", "sandbox");
   }
+  ctx.status = static_cast<int>(res.result_int());  // as relayed (metrics)
   if (res.result() == http::status::switching_protocols) {
     if (!upgrade_asked) {
       ctx.keep_alive = false;

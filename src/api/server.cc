@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "api/http.h"
+#include "api/metrics.h"
 #include "api/router.h"
 
 namespace space::api {
@@ -100,6 +101,7 @@ Awaitable<void> Ctx::ReplyBytes(int status, std::string body, const std::string&
     keep_alive = false;
   }
   http::response<http::string_body> res{static_cast<http::status>(status), req().version()};
+  this->status = status;
   res.set(http::field::server, "spaced");
   res.set(http::field::content_type, content_type);
   for (const auto& h : headers) res.set(h.first, h.second);
@@ -125,6 +127,7 @@ Awaitable<void> Ctx::ReplyError(const Error& e) {
 Awaitable<void> Ctx::StartChunked(int status, const std::string& content_type,
                                   const std::vector<std::pair<std::string, std::string>>& headers) {
   http::response<http::empty_body> res{static_cast<http::status>(status), req().version()};
+  this->status = status;
   res.set(http::field::server, "spaced");
   res.set(http::field::content_type, content_type);
   res.set(http::field::cache_control, "no-cache");
@@ -218,6 +221,9 @@ int64_t WaitMillis(const Ctx& ctx) { return WaitMillis(ctx.query); }
 struct Server::Impl {
   core::Platform* platform;
   ServerOptions opts;
+  // Before ioc: connections' coroutines destroyed with ioc still count their request here.
+  // Its `inflight`: requests being dispatched, /healthz aside.
+  HttpMetrics http_metrics;
   asio::io_context ioc;
   asio::thread_pool pool;
   tcp::acceptor acceptor;
@@ -225,7 +231,6 @@ struct Server::Impl {
   std::mutex mu;
   std::condition_variable cv;
   bool stopped = false;
-  std::atomic<int> inflight{0};  // requests being dispatched, /healthz aside
 
   Impl(core::Platform* p, ServerOptions o)
       : platform(p), opts(std::move(o)), pool(opts.blocking_threads), acceptor(ioc) {}
@@ -269,8 +274,20 @@ Awaitable<void> Server::Impl::Serve(tcp::socket socket) {
           ec == beast::error::timeout || ec == asio::error::connection_reset)
         break;
       Ctx ctx{platform, &pool, &opts, &stream, &buffer, &parser};
+      ctx.http_metrics = &http_metrics;
+      // Counted once answered (or abandoned: a client gone mid-request counts as status 0).
+      struct Count {
+        Ctx& ctx;
+        int64_t t0 = MonotonicNanos();
+        ~Count() {
+          ctx.http_metrics->Record(MethodLabel(ctx.method),
+                                   ctx.route.empty() ? RouteLabel(ctx.segments) : ctx.route,
+                                   ctx.status, (MonotonicNanos() - t0) / 1e9);
+        }
+      } count{ctx};
       if (ec) {
         ctx.keep_alive = false;
+        ctx.status = 400;
         // A malformed request: answer 400 if the socket is still writable.
         http::response<http::string_body> res{http::status::bad_request, 11};
         res.set(http::field::content_type, "application/json");
@@ -292,8 +309,8 @@ Awaitable<void> Server::Impl::Serve(tcp::socket socket) {
       if (ctx.path != "/healthz" && opts.max_inflight > 0) {
         // Over the limit a request is refused at once (429 + Retry-After) instead of
         // queueing behind the others; /healthz is never refused, so it stays responsive.
-        if (inflight.fetch_add(1) >= opts.max_inflight) {
-          inflight.fetch_sub(1);
+        if (http_metrics.inflight.fetch_add(1) >= opts.max_inflight) {
+          http_metrics.inflight.fetch_sub(1);
           ctx.keep_alive = false;  // its body, if any, is not read
           Error busy(Errc::kResourceExhausted, 0,
                      "spaced is at its limit of " + std::to_string(opts.max_inflight) +
@@ -304,7 +321,7 @@ Awaitable<void> Server::Impl::Serve(tcp::socket socket) {
         struct Release {
           std::atomic<int>& n;
           ~Release() { n.fetch_sub(1); }
-        } release{inflight};
+        } release{http_metrics.inflight};
         co_await Dispatch(ctx);
       } else {
         co_await Dispatch(ctx);

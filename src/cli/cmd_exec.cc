@@ -10,10 +10,13 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/exec_io.h"
+#include "cli/tty.h"
 #include "sys/sys.h"
 
 namespace space::cli {
@@ -37,39 +40,8 @@ struct ExecArgs {
   CLI::Option* timeout_opt = nullptr;
   bool stdin_ = false;
   bool shell = false;
+  bool tty = false;
 };
-
-// Copies our stdin to the command's until EOF (then closes it) or until stop_fd is readable.
-// Runs on its own thread, concurrently with the output stream.
-void PumpStdin(Client& c, const std::string& id, const std::string& cid, int stop_fd) {
-  std::string buf(256 << 10, '\0');
-  for (;;) {
-    pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {stop_fd, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    if (fds[1].revents != 0) return;
-    ssize_t n = ::read(STDIN_FILENO, buf.data(), buf.size());
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n <= 0) {
-      if (n < 0) std::fprintf(stderr, "space: reading stdin: %s\n", std::strerror(errno));
-      auto s = c.SendStdin(id, cid, {}, /*eof=*/true);
-      // The command may have ended (and closed its stdin) already: nothing to report then.
-      if (!s && s.error().code != Errc::kConflict && s.error().code != Errc::kNotFound) {
-        std::fprintf(stderr, "space: closing the command's stdin: %s\n", s.error().message.c_str());
-      }
-      return;
-    }
-    auto s = c.SendStdin(id, cid, std::string_view(buf.data(), static_cast<size_t>(n)));
-    if (!s) {
-      if (s.error().code != Errc::kConflict && s.error().code != Errc::kNotFound) {
-        std::fprintf(stderr, "space: sending stdin: %s\n", s.error().message.c_str());
-      }
-      return;
-    }
-  }
-}
 
 const char* SignalName(int sig) {
   switch (sig) {
@@ -109,6 +81,7 @@ int RunExec(Context& ctx, const ExecArgs& a) {
       body["timeout"] = a.timeout;
     }
   }
+  if (a.tty) return RunOnTerminal(ctx, a.id, std::move(body));  // cmd_tty.cc
   body["stdin"] = a.stdin_;
 
   auto c = ctx.GetClient();
@@ -150,15 +123,13 @@ int RunExec(Context& ctx, const ExecArgs& a) {
     }
   });
 
-  int stop_pipe[2] = {-1, -1};
-  if (::pipe2(stop_pipe, O_CLOEXEC) != 0) {
+  std::optional<StdinPump> pump;
+  if (a.stdin_) pump.emplace(client, a.id, cid);
+  if (pump && !pump->status()) {
     done = true;
     forwarder.join();
-    return ReportError(ErrnoFail("pipe").value());
+    return ReportError(pump->status().error());
   }
-  sys::UniqueFd stop_r(stop_pipe[0]), stop_w(stop_pipe[1]);
-  std::thread pump;
-  if (a.stdin_) pump = std::thread([&] { PumpStdin(client, a.id, cid, stop_r.get()); });
 
   bool broken_pipe = false;
   MuxOffsets offsets;
@@ -172,22 +143,10 @@ int RunExec(Context& ctx, const ExecArgs& a) {
   });
 
   done = true;
-  (void)!::write(stop_w.get(), "x", 1);
-  if (pump.joinable()) pump.join();
+  pump.reset();
   pthread_kill(forwarder.native_handle(), SIGUSR2);
   forwarder.join();
-
-  if (!command) return ReportError(command.error());
-  if (broken_pipe || command->is_null()) return kExitBrokenPipe;
-  std::string state = JsonStringOr(*command, "state", "");
-  if (state == "failed") {
-    std::fprintf(stderr, "space: %s could not start: %s\n", CommandLine(*command).c_str(),
-                 JsonStringOr(*command, "reason", "unknown reason").c_str());
-  } else if (state == "lost") {
-    std::fprintf(stderr, "space: %s was lost: %s\n", cid.c_str(),
-                 JsonStringOr(*command, "reason", "its sandbox stopped").c_str());
-  }
-  return Client::ExitCodeOf(*command);
+  return ExitStatusOf(command, broken_pipe, cid);
 }
 
 // ---- logs ----
@@ -289,11 +248,13 @@ void AddExecCommands(CLI::App& app, Context& ctx) {
     cmd->add_option("-u,--user", a->user, "User to run as");
     a->timeout_opt = cmd->add_option("--timeout", a->timeout, "Kill the command after SECS");
     cmd->add_flag("-i,--stdin", a->stdin_, "Copy this terminal's stdin to the command");
+    cmd->add_flag("-t,--tty", a->tty,
+                  "Run it on a terminal (a pty in the sandbox; ours raw, its size followed)");
     cmd->add_flag("--shell", a->shell,
                   "Run the words as one shell command line ({\"cmd\": ...}) instead of argv");
     cmd->add_option("id", a->id, "Sandbox id")->required();
     cmd->add_option("command", a->command, "Command and arguments (put them after --)")->required();
-    cmd->footer("Example: space exec sb-abc -- sh -c 'echo $HOME'");
+    cmd->footer("Example: space exec sb-abc -- sh -c 'echo $HOME'; space exec -t sb-abc -- top");
     cmd->callback([&ctx, a] { ctx.exit_code = RunExec(ctx, *a); });
   }
   {

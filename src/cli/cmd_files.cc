@@ -1,14 +1,17 @@
 // space cp: copies files and directory trees between the host and a sandbox.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "sys/sys.h"
 
 namespace space::cli {
@@ -56,6 +59,42 @@ int ModeOf(const Json& entry, int fallback) {
 
 // ---- host -> sandbox ----
 
+// Uploads one host file, with a progress line (stderr, terminals only) while it goes: how
+// far the upload has read the file is its descriptor's offset.
+Result<Json> UploadFile(Client& c, const std::string& id, const std::string& remote,
+                        const std::string& host, int mode) {
+  auto fd = sys::Open(host, O_RDONLY);
+  if (!fd) return tl::unexpected(fd.error());
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) return ErrnoFail("stat " + host);
+  if (S_ISDIR(st.st_mode)) return Fail(Errc::kInvalidArgument, host + " is a directory");
+  const int64_t size = S_ISREG(st.st_mode) ? static_cast<int64_t>(st.st_size) : -1;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int raw = fd->get();
+  ProgressTicker progress([&, raw] {
+    off_t at = ::lseek(raw, 0, SEEK_CUR);
+    if (at < 0) return std::string();
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return "cp " + BaseName(host) + ": " +
+           TransferLine(static_cast<uint64_t>(at), size > 0 ? static_cast<uint64_t>(size) : 0, secs);
+  });
+  return c.WriteFileFromFd(id, remote, raw, size, mode);
+}
+
+// Downloads one file, with a progress line (stderr, terminals only): the host file's size
+// against the sandbox's.
+Result<uint64_t> DownloadFile(Client& c, const std::string& id, const std::string& remote,
+                              const std::string& host, int mode, uint64_t size) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ProgressTicker progress([&] {
+    struct stat st;
+    if (::stat(host.c_str(), &st) != 0) return std::string();
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return "cp " + BaseName(remote) + ": " + TransferLine(static_cast<uint64_t>(st.st_size), size, secs);
+  });
+  return c.ReadFileTo(id, remote, host, mode);
+}
+
 Status UploadTree(Client& c, const std::string& id, const fs::path& src, const std::string& dst) {
   auto made = c.Mkdir(id, dst);
   if (!made && made.error().code != Errc::kConflict) {
@@ -77,7 +116,7 @@ Status UploadTree(Client& c, const std::string& id, const fs::path& src, const s
     if (S_ISDIR(st.st_mode)) {
       SPACE_TRY(UploadTree(c, id, e.path(), remote));
     } else if (S_ISREG(st.st_mode)) {
-      auto w = c.WriteFileFrom(id, remote, e.path().string(), static_cast<int>(st.st_mode & 0777));
+      auto w = UploadFile(c, id, remote, e.path().string(), static_cast<int>(st.st_mode & 0777));
       if (!w) return tl::unexpected(std::move(w).error().Wrap("copy " + e.path().string()));
     } else {
       // The API has no way to create symlinks or special files in a sandbox.
@@ -108,7 +147,7 @@ int Upload(Client& c, const std::string& src, const RemotePath& dst) {
     if (!r) return ReportError(std::move(r).error().Wrap("cp"));
     return 0;
   }
-  auto r = c.WriteFileFrom(dst.sandbox, target, src, static_cast<int>(st.st_mode & 0777));
+  auto r = UploadFile(c, dst.sandbox, target, src, static_cast<int>(st.st_mode & 0777));
   if (!r) return ReportError(std::move(r).error().Wrap("cp " + src));
   return 0;
 }
@@ -162,7 +201,8 @@ Status DownloadEntry(Client& c, const std::string& id, const Json& entry, const 
   if (type == "file") {
     // Inside a tree, never write through a symlink that is already there.
     if (!top) SPACE_TRY(ClearForFile(host));
-    auto r = c.ReadFileTo(id, remote, host, ModeOf(entry, 0644));
+    auto r = DownloadFile(c, id, remote, host, ModeOf(entry, 0644),
+                          static_cast<uint64_t>(std::max<int64_t>(0, JsonIntOr(entry, "size", 0))));
     if (!r) return tl::unexpected(std::move(r).error().Wrap("copy " + id + ":" + remote));
     // open(2) applied the umask, and an existing file keeps its mode: set it.
     ::chmod(host.c_str(), static_cast<mode_t>(ModeOf(entry, 0644)));

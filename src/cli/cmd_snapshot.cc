@@ -4,6 +4,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 
 namespace space::cli {
 
@@ -108,7 +109,36 @@ int RunFork(Context& ctx, const ForkArgs& a) {
     PrintAsync(ctx, *r);
     return 0;
   }
-  auto forks = (*c)->ForkAndWait(a.id, a.count, WaitOptionsFor(a.wait_timeout));
+  // Once the fork turns out to take a while: "N of M running" on stderr (terminals only),
+  // from the new sandboxes the operation names.
+  client::WaitOptions wait = WaitOptionsFor(a.wait_timeout);
+  std::unique_ptr<ProgressTicker> progress;
+  client::Client* cl = *c;
+  if (a.count > 1 && wait.on_pending) {
+    wait.on_pending = [&, first = wait.on_pending](const Json& op) {
+      first(op);
+      std::vector<std::string> ids;
+      if (const Json* req = JsonField(op, "request"); req && req->contains("sandboxes")) {
+        for (const Json& i : (*req)["sandboxes"]) {
+          if (i.is_string()) ids.push_back(i.get<std::string>());
+        }
+      }
+      if (ids.empty()) return;
+      progress = std::make_unique<ProgressTicker>([cl, ids, id = a.id] {
+        size_t up = 0, failed = 0;
+        for (const auto& i : ids) {
+          auto sb = cl->GetSandbox(i);
+          std::string state = sb ? JsonStringOr(*sb, "state", "") : "";
+          up += state == "running";
+          failed += state == "error";
+        }
+        return "fork " + id + ": " + std::to_string(up) + " of " + std::to_string(ids.size()) +
+               " running" + (failed ? ", " + std::to_string(failed) + " failed" : "");
+      }, std::chrono::milliseconds{0}, std::chrono::milliseconds{500});
+    };
+  }
+  auto forks = (*c)->ForkAndWait(a.id, a.count, wait);
+  progress.reset();
   if (!forks) return ReportError(std::move(forks).error().Wrap("fork " + a.id));
   int rc = 0;
   Json out = Json::array();

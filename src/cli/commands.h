@@ -73,5 +73,9 @@ void AddTemplateCommands(CLI::App& app, Context& ctx);
 void AddKeyCommands(CLI::App& app, Context& ctx);
 // mcp (cmd_mcp.cc)
 void AddMcpCommands(CLI::App& app, Context& ctx);
+// shell (cmd_tty.cc)
+void AddShellCommand(CLI::App& app, Context& ctx);
+// completion bash: registered last, it describes the others
+void AddCompletionCommand(CLI::App& app, Context& ctx);
 
 }  // namespace space::cli

@@ -97,6 +97,8 @@ int main(int argc, char** argv) {
   AddTemplateCommands(app, ctx);
   AddKeyCommands(app, ctx);
   AddMcpCommands(app, ctx);
+  AddShellCommand(app, ctx);
+  AddCompletionCommand(app, ctx);
   // Global options are accepted after the subcommand too (`space ls --json`).
   for (CLI::App* sub : app.get_subcommands({})) sub->fallthrough();
 

@@ -95,6 +95,7 @@ Result<CommandInfo> Platform::StartCommand(const std::string& sandbox_id,
   cmd->rec.spec = CommandSpecJson(req);
   cmd->rec.state = "running";
   cmd->rec.started_ms = NowUnixMillis();
+  impl_->counters.commands_started++;
   auto log = store::OutputLog::Open(impl_->LogDir(sandbox_id), cmd->rec.id);
   if (!log) return tl::unexpected(log.error());
   cmd->log = std::move(*log);

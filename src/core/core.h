@@ -21,6 +21,7 @@
 
 #include "common/common.h"
 #include "common/json.h"
+#include "core/metrics.h"
 #include "core/template_build.h"
 #include "net/net.h"
 #include "runtime/runtime.h"
@@ -254,6 +255,13 @@ class Platform {
                                   bool recursive);
   [[nodiscard]] Status RenameFile(const std::string& sandbox_id, const std::string& from,
                                   const std::string& to);
+
+  // Metrics (metrics.cc). The platform's figures now; never waits on a sandbox's lock.
+  [[nodiscard]] PlatformMetrics Metrics();
+  // One sandbox's resource use now (kNotFound; kConflict when it has no instance, e.g.
+  // creating or deleted); UsageOfAll: every user sandbox with an instance.
+  [[nodiscard]] Result<SandboxUsage> Usage(const std::string& id);
+  [[nodiscard]] std::vector<SandboxUsage> UsageOfAll();
 
   // Operator API keys (access.cc). The platform keeps every key's hash in memory as well
   // as in the store, so FindApiKey never waits on the database. Keys are shown once:

@@ -117,6 +117,7 @@ Result<uint64_t> Platform::Impl::StoreOutput(Sandbox& sb, Command& cmd, store::O
     // A failed write may have stored a part; the log knows how much.
     const uint64_t now = cmd.log->Size(s);
     sb.output_stored += static_cast<int64_t>(now - size);
+    (s == store::OutputStream::kStdout ? counters.stdout_bytes : counters.stderr_bytes) += now - size;
     stored = now;
     if (!r) {
       const int err = r.error().sys_errno;

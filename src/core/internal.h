@@ -77,6 +77,7 @@ struct Platform::Impl {
   std::unique_ptr<store::Store> store;
   std::unique_ptr<storage::Driver> storage;
   std::atomic<int> creating{0};  // cold creates accepted and not yet finished
+  PlatformCounters counters;     // metrics.cc
   std::map<std::string, std::unique_ptr<runtime::Runtime>> runtimes;
   std::unique_ptr<net::Network> network;  // null: no networking on this daemon
 

@@ -401,6 +401,7 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
 
 Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::CreateSandbox(
     const CreateSandboxRequest& req) {
+  const int64_t t0 = MonotonicNanos();
   std::string digest, snapshot;
   auto made = impl_->NewSandbox(req, &digest, &snapshot);
   if (!made) return tl::unexpected(made.error());
@@ -433,6 +434,8 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
     SPACE_TRY(impl_->store->PutSandboxAndOperation(member->rec, op));
     notifier_.Notify("sb:" + member->rec.id);
     impl_->refill_due_ms = NowUnixMillis() + 250;
+    impl_->counters.CountCreate(member->rec.runtime, "warm_pool", "succeeded",
+                                (MonotonicNanos() - t0) / 1e9);
     return std::make_pair(op, member->rec);
   }
   auto sb = *made;
@@ -443,6 +446,8 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
   const int creating = impl_->creating.fetch_add(1);
   if (impl_->config.max_creating > 0 && creating >= impl_->config.max_creating) {
     impl_->creating.fetch_sub(1);
+    impl_->counters.CountCreate(sb->rec.runtime, snapshot.empty() ? "template" : "snapshot",
+                                "rejected", -1);
     return Fail(Errc::kResourceExhausted,
                 std::to_string(creating) + " sandboxes are being created (the limit is " +
                     std::to_string(impl_->config.max_creating) + "); retry later");
@@ -483,6 +488,8 @@ void Platform::Impl::RunCreate(std::shared_ptr<Sandbox> sb, store::OperationReco
     st = BringUp(sb, digest, snapshot, &op, result);
   }
   if (!st) FinishOperation(op, st, result);  // success was committed with the sandbox
+  counters.CountCreate(sb->rec.runtime, snapshot.empty() ? "template" : "snapshot",
+                       st ? "succeeded" : "failed", (NowUnixMillis() - sb->rec.created_ms) / 1000.0);
 }
 
 Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::string& digest,

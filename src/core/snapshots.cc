@@ -244,6 +244,8 @@ void Platform::Impl::RunFork(std::shared_ptr<Sandbox> sb, store::OperationRecord
       (void)SaveSandbox(*child);
     }
     CrashPoint("fork.child");
+    counters.CountCreate(child->rec.runtime, "fork", cst ? "succeeded" : "failed",
+                         (NowUnixMillis() - child->rec.created_ms) / 1000.0);
     Json r = {{"id", child->rec.id}, {"state", child->rec.state}, {"error", nullptr}};
     if (cst) {
       ++ok;

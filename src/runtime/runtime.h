@@ -99,6 +99,19 @@ class Runtime {
   [[nodiscard]] virtual Result<int64_t> OomKills(const std::string& id) {
     return Fail(Errc::kUnavailable, "OOM kills are not counted by this runtime");
   }
+  // What the instance uses now (for metrics). Fields the runtime cannot measure stay -1.
+  // Default: kUnavailable.
+  struct Usage {
+    int64_t cpu_ns = -1;          // cumulative CPU time of its processes
+    int64_t memory_bytes = -1;    // in use, reclaimable page cache excluded
+    int64_t memory_cache_bytes = -1;
+    int64_t disk_bytes = -1;      // runtimes that keep the disk themselves (own_disk)
+  };
+  [[nodiscard]] virtual Result<Usage> ResourceUsage(const std::string& id) {
+    return Fail(Errc::kUnavailable, "resource usage is not measured by this runtime");
+  }
+  // Instances kept ready by the runtime itself (microvm's restore pool): key -> how many.
+  virtual std::map<std::string, int64_t> ReadyPoolSizes() const { return {}; }
   // A path naming the network namespace of a running instance (e.g. /proc/<pid>/ns/net),
   // which the host may open to make sockets inside the sandbox (ingress, docs/ports.md).
   // Checked when called: kConflict when the instance does not run. A /proc path can name

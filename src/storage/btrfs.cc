@@ -159,7 +159,8 @@ uint64_t Le64At(const std::string& item, size_t off) {
 // transaction commit; nullopt unless full qgroup accounting is on and consistent. Simple
 // quotas charge an extent only to the subvolume that wrote it, so a snapshot's own count
 // says nothing about its size.
-std::optional<int64_t> QgroupReferenced(int fs_fd, uint64_t id) {
+// One le64 field of a subvolume's qgroup info item (8: referenced, 24: exclusive bytes).
+std::optional<int64_t> QgroupField(int fs_fd, uint64_t id, size_t field_offset) {
   auto status = SearchItem(fs_fd, BTRFS_QUOTA_TREE_OBJECTID, 0, BTRFS_QGROUP_STATUS_KEY, 0);
   if (!status || !*status) return std::nullopt;   // quotas were never enabled (ENOENT)
   // btrfs_qgroup_status_item: version, generation, flags, rescan (le64 each).
@@ -170,10 +171,12 @@ std::optional<int64_t> QgroupReferenced(int fs_fd, uint64_t id) {
     return std::nullopt;
   }
   auto info = SearchItem(fs_fd, BTRFS_QUOTA_TREE_OBJECTID, 0, BTRFS_QGROUP_INFO_KEY, id);
-  if (!info || !*info || (*info)->size() < 16) return std::nullopt;
+  if (!info || !*info || (*info)->size() < field_offset + 8) return std::nullopt;
   // btrfs_qgroup_info_item: generation, rfer, rfer_cmpr, excl, excl_cmpr (le64 each).
-  return static_cast<int64_t>(Le64At(**info, 8));
+  return static_cast<int64_t>(Le64At(**info, field_offset));
 }
+
+std::optional<int64_t> QgroupReferenced(int fs_fd, uint64_t id) { return QgroupField(fs_fd, id, 8); }
 
 Result<uint64_t> SubvolumeId(int fd) {
   btrfs_ioctl_ino_lookup_args args{};
@@ -587,6 +590,21 @@ Result<int64_t> BtrfsDriver::SnapshotSize(const std::string& snapshot_id) const 
   auto id = SubvolumeId(fd->get());
   if (!id) return tl::unexpected(std::move(id.error()).Wrap(ctx));
   if (auto rfer = QgroupReferenced(fd->get(), *id)) return *rfer;
+  auto du = internal::DiskUsage(path);
+  if (!du) return tl::unexpected(std::move(du.error()).Wrap(ctx));
+  return *du;
+}
+
+Result<int64_t> BtrfsDriver::RootUsage(const std::string& id) const {
+  SPACE_TRY(CheckName("root", id));
+  std::string ctx = "disk usage of root " + id;
+  std::string path = roots_ + "/" + id;
+  auto fd = OpenSource(path, "root " + id);
+  if (!fd) return tl::unexpected(std::move(fd.error()).Wrap(ctx));
+  auto sv = SubvolumeId(fd->get());
+  if (!sv) return tl::unexpected(std::move(sv.error()).Wrap(ctx));
+  // What the quota charges: blocks shared with the layer are not the sandbox's.
+  if (auto excl = QgroupField(fd->get(), *sv, 24)) return *excl;
   auto du = internal::DiskUsage(path);
   if (!du) return tl::unexpected(std::move(du.error()).Wrap(ctx));
   return *du;

@@ -40,6 +40,7 @@ class BtrfsDriver final : public Driver {
   Status Remount(const std::string& id) override;
   Status DeleteRoot(const std::string& id) override;
   std::vector<std::string> ListRoots() const override;
+  Result<int64_t> RootUsage(const std::string& id) const override;
   Status SnapshotRoot(const std::string& root_id, const std::string& snapshot_id) override;
   Result<std::string> CreateRootFromSnapshot(const std::string& root_id,
                                              const std::string& snapshot_id,

@@ -311,6 +311,16 @@ std::string OverlayDriver::RootPath(const std::string& id) const {
   return sys::Exists(dir) ? dir + "/merged" : "";
 }
 
+Result<int64_t> OverlayDriver::RootUsage(const std::string& id) const {
+  SPACE_TRY(CheckName("root", id));
+  std::string dir = roots_ + "/" + id;
+  if (!sys::Exists(dir)) return Fail(Errc::kNotFound, "root " + id + " not found");
+  // The upper directory holds exactly what the sandbox wrote (and whiteouts).
+  auto du = internal::DiskUsage(dir + "/upper");
+  if (!du) return tl::unexpected(std::move(du.error()).Wrap("disk usage of root " + id));
+  return *du;
+}
+
 Status OverlayDriver::Remount(const std::string& id) {
   SPACE_TRY(CheckName("root", id));
   std::string ctx = "remount root " + id;

@@ -105,6 +105,12 @@ class Driver {
   // Removes the root (and, on btrfs, any subvolumes the sandbox created inside it, and
   // its qgroup); ok if missing. Must not be called while a sandbox still runs in it.
   [[nodiscard]] virtual Status DeleteRoot(const std::string& id) = 0;
+  // Bytes the sandbox wrote into its root (blocks of its own, not the layer's): btrfs, the
+  // qgroup's exclusive bytes when quotas are consistent, else a walk of the whole root;
+  // overlay, a walk of the upper directory. kNotFound if missing. Blocks.
+  [[nodiscard]] virtual Result<int64_t> RootUsage(const std::string& id) const {
+    return Fail(Errc::kUnavailable, "root usage is not measured by this driver");
+  }
   // Ids of every sandbox root present (for orphan cleanup).
   virtual std::vector<std::string> ListRoots() const = 0;
 

@@ -266,6 +266,27 @@ describe('lifecycle and listing', () => {
     await again.commands.kill(bg.pid)
   })
 
+  test('getMetrics: CPU, memory and disk, as GET /v1/sandboxes/{id}/metrics has them', async () => {
+    const sbx = await create({ metadata: { role: 'metrics' } })
+    await sbx.commands.run('head -c 3000000 /dev/urandom > /root/blob; sync')
+    const [m] = await sbx.getMetrics()
+    assert.ok(m.timestamp instanceof Date && !isNaN(m.timestamp), String(m.timestamp))
+    assert.equal(typeof m.cpuUsedPct, 'number')
+    assert.ok(m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100, String(m.cpuUsedPct))
+    assert.ok(m.cpuCount >= 1)
+    assert.ok(m.memUsed > 0 && m.memUsed <= m.memTotal, `${m.memUsed} of ${m.memTotal}`)
+    assert.ok(m.diskUsed >= 3000000, String(m.diskUsed))
+    const same = await Sandbox.getMetrics(sbx.sandboxId)
+    assert.equal(same.length, 1)
+    assert.ok(same[0].diskUsed >= 3000000)
+    const v1 = await (await fetch(`${API}/v1/sandboxes/${sbx.sandboxId}/metrics`, {
+      headers: { Authorization: `Bearer ${process.env.E2B_API_KEY}` },
+    })).json()
+    assert.equal(v1.memory_limit_bytes, m.memTotal)
+    assert.equal(v1.cpu_count, m.cpuCount)
+    assert.ok(Math.abs(v1.disk_bytes - same[0].diskUsed) < 1 << 20, `${v1.disk_bytes} vs ${same[0].diskUsed}`)
+  })
+
   test('kill, isRunning and the not-found errors after it', async () => {
     const sbx = await create({ metadata: { role: 'kill' } })
     assert.equal(await sbx.kill(), true)

@@ -4,6 +4,8 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <regex>
+
 #include "common/json.h"
 
 #include "tests/integration/harness.h"
@@ -300,6 +302,29 @@ TEST(MicrovmPoolTest, CreatesTakeFreshVmsFromThePool) {
     std::this_thread::sleep_for(50ms);
   EXPECT_EQ(ReadyPoolVms(d.data_dir()), 1);
   EXPECT_EQ(QemuPids(d.data_dir(), true).size(), 3u);
+  // GET /metrics counts the pool's VM; a VM's figures are its QEMU's, seen from the host.
+  {
+    static const std::regex pool_line(R"(\nspaced_restore_pool_vms\{runtime="microvm",snapshot="[^"]+"\} (\d+)\n)");
+    std::smatch got;
+    std::string text;
+    for (int i = 0; i < 100; ++i) {
+      auto m = d.client().Request("GET", "/metrics");
+      ASSERT_TRUE(m && m->status == 200);
+      text = m->body;
+      if (std::regex_search(text, got, pool_line) && got[1] == "1") break;
+      std::this_thread::sleep_for(100ms);
+    }
+    ASSERT_TRUE(std::regex_search(text, got, pool_line)) << text;
+    EXPECT_EQ(got[1], "1");
+    auto usage = d.client().Call("GET", "/v1/sandboxes/" + first + "/metrics");
+    ASSERT_TRUE(usage) << usage.error().message;
+    EXPECT_EQ((*usage)["runtime"], "microvm");
+    EXPECT_GT((*usage)["cpu_seconds"].get<double>(), 0);
+    EXPECT_GT((*usage)["memory_bytes"].get<double>(), 16 << 20) << usage->dump();
+    EXPECT_LE((*usage)["memory_bytes"].get<double>(), 1 << 30) << usage->dump();
+    EXPECT_GT((*usage)["disk_bytes"].get<double>(), 0) << usage->dump();
+    EXPECT_EQ((*usage)["memory_limit_bytes"], 256 << 20);
+  }
   // A pooled VM is a sandbox like any other: it snapshots (QEMU reopens its disk by the
   // name it was started with), and deleted it leaves no process.
   auto snap = d.client().SnapshotAndWait(pooled);

@@ -2,6 +2,7 @@
 // mapped onto core::Platform's sandboxes and operations. E2B's calls are synchronous, so
 // each waits for its operation. Errors are E2B's {"code":<http status>,"message"}.
 #include <sodium.h>
+#include <unistd.h>
 
 #include <cmath>
 
@@ -42,6 +43,23 @@ std::string E2bState(const std::string& state) {
 bool Gone(const store::SandboxRecord& r) { return E2bState(r.state).empty(); }
 
 // The fields every E2B sandbox rendering shares (ListedSandbox, SandboxDetail).
+// One sample of E2B's SandboxMetric from SPACE's figures (unknown ones as 0; memTotal and
+// diskTotal are the sandbox's limits, the host's RAM when memory is unlimited).
+Json E2bMetric(const core::SandboxUsage& u) {
+  auto whole = [](int64_t v) { return v < 0 ? int64_t{0} : v; };
+  int64_t mem_total = u.memory_limit_bytes;
+  if (mem_total <= 0) mem_total = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+  return {{"timestamp", FormatRfc3339(u.timestamp_ms)},
+          {"timestampUnix", u.timestamp_ms / 1000},
+          {"cpuUsedPct", u.cpu_used_pct < 0 ? 0.0 : u.cpu_used_pct},
+          {"cpuCount", static_cast<int64_t>(std::ceil(u.cpu_count))},
+          {"memUsed", whole(u.memory_bytes)},
+          {"memTotal", mem_total},
+          {"memCache", whole(u.memory_cache_bytes)},
+          {"diskUsed", whole(u.disk_bytes)},
+          {"diskTotal", u.disk_limit_bytes}};
+}
+
 Json Listed(const store::SandboxRecord& r) {
   const Json* limits = JsonField(r.spec, "limits");
   Json lim = limits ? *limits : Json::object();
@@ -324,14 +342,17 @@ Awaitable<bool> RouteControl(Ctx& ctx) {
   } else if (m == "POST" && verb == "timeout" && !v2) {
     co_await SetTimeout(ctx, id);
   } else if (m == "GET" && verb == "metrics" && !v2) {
-    // SPACE has no metrics history: an existing sandbox answers with none.
+    // No history is kept: one sample, measured now (the figures of
+    // GET /v1/sandboxes/{id}/metrics); none while the sandbox has no instance.
     core::Platform* p = ctx.platform;
     auto rec = co_await ctx.Blocking([&] { return Visible(p, id); });
     if (!rec) {
       co_await ReplyError(ctx, rec.error());
     } else {
-      Json none = Json::array();
-      co_await ctx.Reply(200, none);
+      auto u = co_await ctx.Blocking([&] { return p->Usage(id); });
+      Json samples = Json::array();
+      if (u) samples.push_back(E2bMetric(*u));
+      co_await ctx.Reply(200, samples);
     }
   } else {
     co_await ReplyError(ctx, 404, m + " " + ctx.path + " is not supported by SPACE");

@@ -154,6 +154,13 @@ class MicrovmRuntime final : public Runtime {
 
   std::string AgentSocketPath(const std::string& id) const override { return VmDir(id) + "/agent.sock"; }
 
+  // Seen from the host: the VM's QEMU process (CPU time of every vCPU and device thread;
+  // resident memory = the guest RAM it has touched plus QEMU's own), and the blocks of its
+  // disk overlay (what the guest wrote on top of the template's image). The guest's own
+  // view (its free memory, its page cache) is not asked.
+  Result<Usage> ResourceUsage(const std::string& id) override;
+  std::map<std::string, int64_t> ReadyPoolSizes() const override;
+
   Status Start(const InstanceSpec& spec) override;
 
   Status Pause(const std::string& id) override { return Qmp(id, "stop"); }
@@ -319,7 +326,7 @@ class MicrovmRuntime final : public Runtime {
   std::mutex keys_mu_;
   std::map<std::string, std::unique_ptr<std::mutex>> key_mutexes_;
   // The restore pool, per template snapshot dir (PoolLoop).
-  std::mutex pool_mu_;
+  mutable std::mutex pool_mu_;
   std::condition_variable pool_cv_;
   bool pool_stop_ = false;
   std::map<std::string, VmConfig> pool_want_;

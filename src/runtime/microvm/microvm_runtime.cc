@@ -90,6 +90,50 @@ Capabilities MicrovmRuntime::Caps() const {
   return c;
 }
 
+Result<Runtime::Usage> MicrovmRuntime::ResourceUsage(const std::string& id) {
+  if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "bad instance id " + id);
+  const std::string dir = VmDir(id);
+  if (!sys::Exists(dir + "/vm.json")) return Fail(Errc::kNotFound, "no microvm instance " + id);
+  Usage u;
+  struct stat st {};
+  if (::stat((dir + "/disk.qcow2").c_str(), &st) == 0) u.disk_bytes = static_cast<int64_t>(st.st_blocks) * 512;
+  pid_t pid = Pid(id);
+  if (!PidAlive(pid, Marker(id))) return u;  // stopped (suspended): no CPU or memory in use
+  const std::string proc = "/proc/" + std::to_string(pid);
+  if (auto stat = sys::ReadFile(proc + "/stat")) {
+    // Fields after "(comm)": state is the 3rd field; utime and stime the 14th and 15th.
+    size_t close = stat->rfind(')');
+    if (close != std::string::npos) {
+      std::vector<std::string> f;
+      size_t pos = close + 2;
+      while (pos < stat->size() && f.size() < 13) {
+        size_t sp = stat->find(' ', pos);
+        if (sp == std::string::npos) sp = stat->size();
+        f.push_back(stat->substr(pos, sp - pos));
+        pos = sp + 1;
+      }
+      if (f.size() >= 13) {
+        const long hz = ::sysconf(_SC_CLK_TCK);
+        const int64_t ticks = std::strtoll(f[11].c_str(), nullptr, 10) + std::strtoll(f[12].c_str(), nullptr, 10);
+        if (hz > 0) u.cpu_ns = ticks * (1000000000ll / hz);
+      }
+    }
+  }
+  if (auto status = sys::ReadFile(proc + "/status")) {
+    size_t pos = status->find("VmRSS:");
+    if (pos != std::string::npos) u.memory_bytes = std::strtoll(status->c_str() + pos + 6, nullptr, 10) * 1024;
+  }
+  return u;
+}
+
+std::map<std::string, int64_t> MicrovmRuntime::ReadyPoolSizes() const {
+  std::lock_guard lock(pool_mu_);
+  std::map<std::string, int64_t> out;
+  // Keyed by the template snapshot's directory name (its path's last component).
+  for (const auto& [tpl, vms] : pool_) out[tpl.substr(tpl.rfind('/') + 1)] += static_cast<int64_t>(vms.size());
+  return out;
+}
+
 Status MicrovmRuntime::Start(const InstanceSpec& spec) {
   SPACE_TRY(Available());
   if (!ValidName(spec.id)) return Fail(Errc::kInvalidArgument, "bad instance id " + spec.id);
