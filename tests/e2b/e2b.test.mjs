@@ -4,6 +4,7 @@
 // plus SPACE_MAX_FILE_BYTES (spaced's --max-file-bytes) for the oversize-upload check.
 // Run: node --test e2b.test.mjs   (tests/e2b/run_e2b_test.cc does it under ctest)
 import assert from 'node:assert/strict'
+import fs from 'node:fs'
 import http from 'node:http'
 import { after, before, describe, test } from 'node:test'
 
@@ -488,5 +489,40 @@ describe('ports', () => {
       await new Promise((res) => setTimeout(res, 50))
     }
     assert.equal(r.status, 200)
+  })
+})
+
+// Egress under policy (docs/networking.md), against the fake internet e2b_sdk_test makes:
+// 203.0.113.10 and .66 with HTTP servers that log every connection (so "blocked" means no
+// connection reached the server), and api.example.test resolving to .10.
+const NET_LOG = process.env.SPACE_FAKE_INTERNET_LOG
+describe('network', { skip: NET_LOG ? false : 'no fake internet here' }, () => {
+  const reached = (listen) =>
+    fs.readFileSync(NET_LOG, 'utf8').split('\n').filter((l) => l.includes(`"listen": "${listen}"`) && l.includes('"kind": "connect"')).length
+  // busybox wget honours http_proxy: the transparent path is what enforcement rests on.
+  const get = (sbx, url) => sbx.commands.run(`unset http_proxy HTTP_PROXY; wget -q -O - ${url}`, { timeoutMs: 30_000 })
+
+  test('allowInternetAccess: true reaches public addresses, false reaches nothing', async () => {
+    const on = await create({ allowInternetAccess: true })
+    const r = await get(on, 'http://203.0.113.10/e2b-on')
+    assert.match(r.stdout, /GET \/e2b-on/)
+    const off = await create({ allowInternetAccess: false })
+    const before = reached('203.0.113.10:80')
+    await assert.rejects(get(off, 'http://203.0.113.10/e2b-off'), CommandExitError)
+    assert.equal(reached('203.0.113.10:80'), before, 'a connection reached the server')
+  })
+
+  test('network.denyOut blocks a CIDR; allowOut with denyOut 0.0.0.0/0 allows only its domains', async () => {
+    const deny = await create({ network: { denyOut: ['203.0.113.66/32'] } })
+    assert.match((await get(deny, 'http://203.0.113.10/ok')).stdout, /GET \/ok/)
+    let before = reached('203.0.113.66:80')
+    await assert.rejects(get(deny, 'http://203.0.113.66/denied'), CommandExitError)
+    assert.equal(reached('203.0.113.66:80'), before)
+
+    const only = await create({ network: { allowOut: ['api.example.test'], denyOut: ['0.0.0.0/0'] } })
+    assert.match((await get(only, 'http://api.example.test/named')).stdout, /GET \/named/)
+    before = reached('203.0.113.66:80')
+    await assert.rejects(get(only, 'http://203.0.113.66/other'), CommandExitError)
+    assert.equal(reached('203.0.113.66:80'), before)
   })
 })

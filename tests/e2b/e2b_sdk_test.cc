@@ -2,6 +2,7 @@
 // package-lock.json — against a real spaced: installs the SDK with `npm ci` (once per
 // lock file, in the build tree), starts spaced, and hands node nothing but the E2B
 // environment variables an E2B user would set.
+#include "tests/integration/fakenet.h"
 #include "tests/integration/npm_suite.h"
 
 #ifndef SPACE_SOURCE_DIR
@@ -30,14 +31,32 @@ TEST(E2bSdkTest, UnmodifiedSdkAgainstSpaced) {
     GTEST_SKIP() << "npm ci cannot reach the registry (offline?):\n" << why;
   ASSERT_EQ(installed, NpmSuite::kReady) << "npm ci failed:\n" << why;
 
+  // The egress cases run against the fake internet (fakenet.h) when this host can make it.
+  auto tmp = sys::TempDir::Create("/tmp", "space-fakenet-");
+  ASSERT_TRUE(tmp);
+  std::unique_ptr<FakeNet> net;
+  std::string net_why;
+  if (Have("nft") && Have("dnsmasq") && Have("openssl")) {
+    net = std::make_unique<FakeNet>(tmp->path());
+    if (!net->Start(&net_why)) net.reset();
+  } else {
+    net_why = "needs nft, dnsmasq and openssl";
+  }
   const std::string max_file_bytes = "8388608";
-  Daemon d({"--max-file-bytes", max_file_bytes});
+  std::vector<std::string> args = {"--max-file-bytes", max_file_bytes};
+  if (net) args.insert(args.end(), {"--dns-upstream", "198.51.100.53", "--sandbox-subnet", "10.216.0.0/24"});
+  Daemon d(args);
   ASSERT_TRUE(d.Start());
   std::vector<std::string> env = base_env;
   env.push_back("E2B_API_URL=" + d.url());
   env.push_back("E2B_SANDBOX_URL=" + d.url());
   env.push_back("E2B_API_KEY=" + d.api_key());
   env.push_back("SPACE_MAX_FILE_BYTES=" + max_file_bytes);
+  if (net) {
+    env.push_back("SPACE_FAKE_INTERNET_LOG=" + tmp->path() + "/servers.log");
+  } else {
+    std::printf("egress cases skipped: no fake internet (%s)\n", net_why.c_str());
+  }
   sys::SpawnOptions o;
   o.argv = {node, "--test", "--test-reporter=spec", "--test-concurrency=1", "e2b.test.mjs"};
   o.cwd = work;
