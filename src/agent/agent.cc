@@ -69,7 +69,10 @@ bool FromOutsideNamespace(int fd) {
     AGENT_LOG_WARN("SO_PEERCRED: %s", strerror(errno));
     return false;
   }
-  if (cred.pid != 0) {
+  // Under gVisor (runsc --host-uds=create) the host's connection to the host-backed socket
+  // carries the sentry's own credentials, i.e. our pid (1); no other process of the sandbox
+  // can be pid 1, and gVisor lets none of them connect to that socket at all.
+  if (cred.pid != 0 && cred.pid != ::getpid()) {
     AGENT_LOG_WARN("refusing a connection from pid %d inside the sandbox", cred.pid);
     return false;
   }
@@ -230,7 +233,10 @@ Result<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& opts) {
     int err = errno;
     ::umask(old);
     if (rc < 0) return ErrnoFail("bind " + opts.listen_path, err);
-    if (::chmod(opts.listen_path.c_str(), 0600) < 0) return ErrnoFail("chmod " + opts.listen_path);
+    // gVisor's host-backed sockets (runsc --host-uds=create) refuse chmod and stat with
+    // EPERM; the umask above already made the file 0600, which the chmod only re-asserts.
+    if (::chmod(opts.listen_path.c_str(), 0600) < 0 && errno != EPERM)
+      return ErrnoFail("chmod " + opts.listen_path);
     if (::listen(a->listen_.get(), 8) < 0) return ErrnoFail("listen " + opts.listen_path);
     uint32_t listen_events = 0;
     a->SetInterest(a->listen_.get(), Tag(kListenTag, 0), EPOLLIN, &listen_events);

@@ -350,6 +350,7 @@ Awaitable<void> Server::Impl::Dispatch(Ctx& ctx) {
   if (co_await RouteFiles(ctx)) co_return;
   if (co_await RouteSandboxes(ctx)) co_return;
   if (co_await RouteTemplates(ctx)) co_return;
+  if (co_await RouteRuntimes(ctx)) co_return;
   co_await ctx.ReplyError(Error{Errc::kNotFound, 0, "no route " + ctx.method + " " + ctx.path});
 }
 
