@@ -8,6 +8,7 @@
 // group after it exits (a plugin keeps per-sandbox daemons in a session of their own).
 //
 // On disk (spaced's side; the plugin owns DATA/runtime/<name>/ itself):
+//   DATA/runtime-plugins/<name>/plugin.json  {"executable", "state_dir"}: for clean-up tools
 //   DATA/runtime-plugins/<name>/handles/<id>.json  the handle a successful start returned,
 //       plus the agent socket path; written (fsync'd) before Start() returns, so that after
 //       a restart spaced re-inspects, pauses and destroys each instance with its handle.

@@ -388,6 +388,10 @@ Result<std::unique_ptr<Runtime>> CreatePluginRuntime(const PluginOptions& in) {
     return Fail(Errc::kInvalidArgument, "runtime plugin " + o.name + ": state and handle dirs must be absolute");
   SPACE_TRY_WRAP(sys::MkdirAll(o.state_dir, 0711), "runtime plugin " + o.name);
   SPACE_TRY_WRAP(sys::MkdirAll(o.handle_dir + "/handles", 0700), "runtime plugin " + o.name);
+  // For tools that clean up after spaced (scripts/space-down.sh): which executable and
+  // state dir the handles belong to.
+  (void)sys::WriteFileAtomic(o.handle_dir + "/plugin.json",
+                             Json{{"executable", o.executable}, {"state_dir", o.state_dir}}.dump() + "\n", 0600);
   auto rt = std::make_unique<PluginRuntime>(std::move(o));
   rt->Probe();
   return std::unique_ptr<Runtime>(std::move(rt));
