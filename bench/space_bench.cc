@@ -8,6 +8,7 @@
 //   output), full snapshot time and size of a 256 MiB guest, fork of a running VM
 //
 // Usage: space_bench --url URL --key KEY --data-dir DIR [--n 30] [--bytes 1073741824]
+//        [--runtimes oci gvisor [--runtimes-only]]
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -178,6 +179,52 @@ int MicrovmBench(client::Client& c, client::Client* cold, int n) {
 
 }  // namespace
 
+// Per runtime, in one run: create -> first output (cold: a non-default limit keeps the warm
+// pool out), command round trip (`true`), and a snapshot of a running sandbox; each later
+// runtime is printed against the first (the baseline, normally oci).
+int RuntimesBench(client::Client& c, const std::vector<std::string>& runtimes, int n) {
+  struct Figures { Stats create, rt, snap; };
+  std::vector<Figures> all;
+  for (const auto& rt : runtimes) {
+    const Json body = {{"runtime", rt}, {"limits", {{"memory_bytes", 200 << 20}}}};
+    std::vector<double> create_ms, rt_ms, snap_ms;
+    for (int i = 0; i < n; ++i) {
+      auto ms = CreateToFirstOutput(c, body, nullptr);
+      if (!ms) {
+        std::fprintf(stderr, "%s create: %s\n", rt.c_str(), ms.error().message.c_str());
+        return 1;
+      }
+      create_ms.push_back(*ms);
+    }
+    std::string id;
+    if (auto ms = CreateToFirstOutput(c, body, &id); !ms) return 1;
+    for (int i = 0; i < n * 5; ++i) {
+      auto t0 = Clock::now();
+      auto cmd = c.StartCommand(id, {{"argv", {"true"}}});
+      if (!cmd) return 1;
+      auto done = c.GetCommand(id, (*cmd)["id"].get<std::string>(), std::chrono::seconds(30));
+      if (!done || (*done)["state"] != "exited") return 1;
+      rt_ms.push_back(Ms(Clock::now() - t0));
+    }
+    for (int i = 0; i < n; ++i) {
+      auto t0 = Clock::now();
+      auto r = c.Call("POST", "/v1/sandboxes/" + id + "/snapshots?wait=60s");
+      snap_ms.push_back(Ms(Clock::now() - t0));
+      if (!r) return 1;
+      (void)c.Call("DELETE", "/v1/snapshots/" + (*r)["snapshot"]["id"].get<std::string>());
+    }
+    (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
+    all.push_back({Summarize(create_ms), Summarize(rt_ms), Summarize(snap_ms)});
+  }
+  for (size_t i = 0; i < runtimes.size(); ++i) {
+    std::string tag = " [" + runtimes[i] + " vs " + runtimes[0] + "]";
+    Print(("create -> first output" + tag).c_str(), all[i].create, all[0].create);
+    Print(("command round trip" + tag).c_str(), all[i].rt, all[0].rt);
+    Print(("snapshot (running)" + tag).c_str(), all[i].snap, all[0].snap);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"space_bench"};
   std::string url, key, data_dir;
@@ -195,11 +242,19 @@ int main(int argc, char** argv) {
   app.add_flag("--microvm-only", microvm_only, "only the microVM figures");
   app.add_option("--microvm-cold-url", cold_url, "a spaced without template snapshots (cold boots)");
   app.add_option("--microvm-cold-key", cold_key);
+  std::vector<std::string> runtimes;
+  app.add_option("--runtimes", runtimes, "runtime comparison, first is the baseline (e.g. oci gvisor)");
+  bool runtimes_only = false;
+  app.add_flag("--runtimes-only", runtimes_only, "only the runtime comparison");
   CLI11_PARSE(app, argc, argv);
   client::Client c(url, key);
   if (!c.Health()) {
     std::fprintf(stderr, "spaced is not answering at %s\n", url.c_str());
     return 1;
+  }
+  if (!runtimes.empty()) {
+    if (int rc = RuntimesBench(c, runtimes, n); rc != 0) return rc;
+    if (runtimes_only) return 0;
   }
   if (microvm_n > 0) {
     std::unique_ptr<client::Client> cold;

@@ -10,6 +10,7 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   crun runc btrfs-progs busybox-static util-linux iproute2 procps curl python3 python3-requests
   nftables dnsmasq-base
+  runsc
   python3-venv
   nodejs
   qemu-system-x86 qemu-utils linux-image-cloud-amd64 lz4 cpio e2fsprogs kmod
@@ -17,6 +18,7 @@ PKGS=(
 )
 # prometheus: its promtool validates GET /metrics (metrics_test). tmux: the interactive CLI
 # (space shell, exec -t) is driven in a tmux pane (cli_tty_test).
+# runsc: gVisor, for the shipped gvisor runtime plugin (plugins/runtime/gvisor).
 # python3-venv: the Python SDK tests make a venv with /usr/bin/python3 (tests/python/venv.sh).
 # npm (the E2B SDK compatibility tests install the pinned SDK with `npm ci`): Debian's
 # package, unless the installed nodejs already brings its own npm.

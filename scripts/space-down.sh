@@ -36,6 +36,21 @@ for pf in "$DATA"/runtime/microvm/vms/*/qemu.pid "$DATA"/runtime/microvm/vms/.po
     kill -9 "$pid" 2>/dev/null || true
   fi
 done
+# Runtime plugins (docs/runtime-plugins.md): each one destroys what it lists, from its own
+# state alone (plugin.json names the executable and state dir spaced used).
+for pj in "$DATA"/runtime-plugins/*/plugin.json; do
+  [ -f "$pj" ] || continue
+  exe=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["executable"])' "$pj" 2>/dev/null || true)
+  sd=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["state_dir"])' "$pj" 2>/dev/null || true)
+  [ -x "$exe" ] && [ -n "$sd" ] || continue
+  req='{"version":"space-runtime/v1","state_dir":"'"$sd"'"}'
+  ids=$(echo "$req" | timeout 60 setsid "$exe" list 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(" ".join(json.load(sys.stdin).get("ids", [])))' 2>/dev/null || true)
+  for h in "$(dirname "$pj")"/handles/*; do [ -e "$h" ] && ids="$ids $(basename "${h%.*}")"; done
+  for id in $ids; do
+    echo '{"version":"space-runtime/v1","state_dir":"'"$sd"'","id":"'"$id"'","handle":null}' |
+      timeout 90 setsid "$exe" destroy >/dev/null 2>&1 || true
+  done
+done
 # Unmount deepest first.
 # Networking (docs/networking.md): the namespaces, host veths and nftables table named
 # after the data dir's tag (BLAKE2b-128 of its path, first 6 hex digits).

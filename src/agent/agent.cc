@@ -70,7 +70,10 @@ bool FromOutsideNamespace(int fd) {
     AGENT_LOG_WARN("SO_PEERCRED: %s", strerror(errno));
     return false;
   }
-  if (cred.pid != 0) {
+  // Under gVisor (runsc --host-uds=create) the host's connection to the host-backed socket
+  // carries the sentry's own credentials, i.e. our pid (1); no other process of the sandbox
+  // can be pid 1, and gVisor lets none of them connect to that socket at all.
+  if (cred.pid != 0 && cred.pid != ::getpid()) {
     AGENT_LOG_WARN("refusing a connection from pid %d inside the sandbox", cred.pid);
     return false;
   }
@@ -209,32 +212,17 @@ Result<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& opts) {
   sigset_t set;
   sigemptyset(&set);
   for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
+  if (opts.checkpoint_signals) {
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGUSR2);
+  }
   a->signal_fd_.Reset(::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));
   if (!a->signal_fd_) return ErrnoFail("signalfd");
   uint32_t signal_events = 0;
   a->SetInterest(a->signal_fd_.get(), Tag(kSignalTag, 0), EPOLLIN, &signal_events);
 
   if (!opts.listen_path.empty()) {
-    struct sockaddr_un addr = {};
-    addr.sun_family = AF_UNIX;
-    if (opts.listen_path.size() >= sizeof addr.sun_path)
-      return Fail(Errc::kInvalidArgument, "socket path too long: " + opts.listen_path);
-    std::memcpy(addr.sun_path, opts.listen_path.c_str(), opts.listen_path.size() + 1);
-    a->listen_.Reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (!a->listen_) return ErrnoFail("socket");
-    if (::unlink(opts.listen_path.c_str()) < 0 && errno != ENOENT)
-      return ErrnoFail("remove stale socket " + opts.listen_path);
-    // The socket file is the only door to the agent: never let it exist with a wider
-    // mode, not even between bind and chmod.
-    mode_t old = ::umask(0177);
-    int rc = ::bind(a->listen_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    int err = errno;
-    ::umask(old);
-    if (rc < 0) return ErrnoFail("bind " + opts.listen_path, err);
-    if (::chmod(opts.listen_path.c_str(), 0600) < 0) return ErrnoFail("chmod " + opts.listen_path);
-    if (::listen(a->listen_.get(), 8) < 0) return ErrnoFail("listen " + opts.listen_path);
-    uint32_t listen_events = 0;
-    a->SetInterest(a->listen_.get(), Tag(kListenTag, 0), EPOLLIN, &listen_events);
+    SPACE_TRY(a->Listen());
   } else if (opts.fd >= 0) {
     int fl = ::fcntl(opts.fd, F_GETFL);
     if (fl < 0 || ::fcntl(opts.fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
@@ -370,6 +358,34 @@ void Agent::SetInterest(int fd, uint64_t tag, uint32_t events, uint32_t* current
 
 // ---------------------------------------------------------------------------------------
 // The connection.
+
+Status Agent::Listen() {
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (opts_.listen_path.size() >= sizeof addr.sun_path)
+    return Fail(Errc::kInvalidArgument, "socket path too long: " + opts_.listen_path);
+  std::memcpy(addr.sun_path, opts_.listen_path.c_str(), opts_.listen_path.size() + 1);
+  listen_.Reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!listen_) return ErrnoFail("socket");
+  // gVisor refuses to unlink a host-backed socket (EPERM); its host removes it instead.
+  if (::unlink(opts_.listen_path.c_str()) < 0 && errno != ENOENT && errno != EPERM)
+    return ErrnoFail("remove stale socket " + opts_.listen_path);
+  // The socket file is the only door to the agent: never let it exist with a wider
+  // mode, not even between bind and chmod.
+  mode_t old = ::umask(0177);
+  int rc = ::bind(listen_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int err = errno;
+  ::umask(old);
+  if (rc < 0) return ErrnoFail("bind " + opts_.listen_path, err);
+  // gVisor's host-backed sockets (runsc --host-uds=create) refuse chmod and stat with
+  // EPERM; the umask above already made the file 0600, which the chmod only re-asserts.
+  if (::chmod(opts_.listen_path.c_str(), 0600) < 0 && errno != EPERM)
+    return ErrnoFail("chmod " + opts_.listen_path);
+  if (::listen(listen_.get(), 8) < 0) return ErrnoFail("listen " + opts_.listen_path);
+  uint32_t listen_events = 0;
+  SetInterest(listen_.get(), Tag(kListenTag, 0), EPOLLIN, &listen_events);
+  return Ok();
+}
 
 void Agent::Accept() {
   for (;;) {
@@ -941,6 +957,19 @@ void Agent::OnSignals() {
     if (n != static_cast<ssize_t>(sizeof si)) break;
     int sig = static_cast<int>(si.ssi_signo);
     if (sig == SIGCHLD) continue;  // reaped below, however many were coalesced
+    if (opts_.checkpoint_signals && (sig == SIGUSR1 || sig == SIGUSR2) && !opts_.listen_path.empty()) {
+      if (sig == SIGUSR1) {
+        if (conn_live_) DropConnection("closed for a checkpoint");
+        conn_.Reset();
+        listen_.Reset();  // closing it takes it out of the epoll set
+        ::unlink(opts_.listen_path.c_str());
+        AGENT_LOG_INFO("listening socket closed for a checkpoint");
+      } else if (!listen_) {
+        if (auto st = Listen(); !st) AGENT_LOG_ERROR("listen again: %s", st.error().message.c_str());
+        else AGENT_LOG_INFO("listening again on %s", opts_.listen_path.c_str());
+      }
+      continue;
+    }
     for (auto& [s, c] : commands_) SignalCommand(*c, sig);
     if (sig == SIGTERM || (sig == SIGINT && !opts_.is_init)) {
       if (!shutting_down_) {

@@ -41,12 +41,17 @@ struct AgentOptions {
   std::string root = "/";           // resolution root of file operations
   uint64_t window = kOutputWindow;  // unacknowledged output bytes per fd
   bool is_init = false;             // PID 1: forwards SIGINT/SIGHUP too
+  // --checkpoint-signals (gVisor: a bound host socket cannot be checkpointed): SIGUSR1
+  // closes the listening socket (and the connection) and removes its file, SIGUSR2 binds
+  // it again. Neither is forwarded to commands.
+  bool checkpoint_signals = false;
 };
 
 class Agent {
  public:
   // Sets up the socket (stale socket file removed, mode 0600), epoll, and the signalfd.
-  // The caller must already have blocked SIGCHLD, SIGTERM, SIGINT and SIGHUP.
+  // The caller must already have blocked SIGCHLD, SIGTERM, SIGINT and SIGHUP (and, with
+  // checkpoint_signals, SIGUSR1 and SIGUSR2).
   [[nodiscard]] static Result<std::unique_ptr<Agent>> Create(const AgentOptions& opts);
   ~Agent();
 
@@ -61,6 +66,7 @@ class Agent {
 
   // Connection.
   void Accept();
+  Status Listen();
   void StartConnection();
   void SendHello();
   void DropConnection(const char* why);

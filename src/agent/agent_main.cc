@@ -1,6 +1,6 @@
 // space-agent: the in-sandbox agent (PID 1 in every sandbox). See docs/agent-protocol.md.
 //
-//   space-agent --listen PATH | --fd N | --channel DEV  [--root DIR] [--window BYTES] [--verbose]
+//   space-agent --listen PATH | --fd N | --channel DEV  [--root DIR] [--window BYTES] [--checkpoint-signals] [--verbose]
 #include <fcntl.h>
 #include <net/if.h>
 #include <signal.h>
@@ -100,6 +100,8 @@ int main(int argc, char** argv) {
       opts.root = v;
     } else if (a == "--window" && (v = value())) {
       if (!ParseU64(v, &opts.window) || opts.window == 0) return Usage(), 2;
+    } else if (a == "--checkpoint-signals") {
+      opts.checkpoint_signals = true;
     } else if (a == "--verbose") {
       space::agent::g_log_level = space::agent::LogLevel::kDebug;
     } else {
@@ -129,6 +131,10 @@ int main(int argc, char** argv) {
   sigset_t set;
   sigemptyset(&set);
   for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
+  if (opts.checkpoint_signals) {
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGUSR2);
+  }
   ::sigprocmask(SIG_BLOCK, &set, nullptr);
   // They are read from a signalfd and never delivered, but the kernel drops signals to a
   // namespace's init whose disposition is SIG_DFL; a (never run) handler keeps them
@@ -136,6 +142,10 @@ int main(int argc, char** argv) {
   struct sigaction sa = {};
   sa.sa_handler = [](int) {};
   for (int s : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(s, &sa, nullptr);
+  if (opts.checkpoint_signals) {
+    ::sigaction(SIGUSR1, &sa, nullptr);
+    ::sigaction(SIGUSR2, &sa, nullptr);
+  }
   // Files created by file operations get exactly the requested mode.
   ::umask(0);
 

@@ -5,6 +5,8 @@
 #include <linux/close_range.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <termios.h>
 #include <unistd.h>
@@ -14,6 +16,47 @@
 extern char** environ;
 
 namespace space::agent {
+
+struct linux_dirent64_ {
+  uint64_t d_ino;
+  int64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[];
+};
+
+namespace {
+// Kernels without close_range (gVisor's): mark the open fds from /proc/self/fd (a handful)
+// rather than every possible fd number (tens of thousands of system calls, which cost
+// seconds per command under gVisor's ptrace platform). Runs in the forked child: raw
+// system calls only, no allocation.
+void MarkCloexecFallback() {
+  int dir = ::open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) {
+    struct rlimit rl;
+    int top = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 ? static_cast<int>(rl.rlim_cur) : 65536;
+    for (int fd = 3; fd < top; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return;
+  }
+  alignas(8) char buf[4096];
+  for (;;) {
+    long n = ::syscall(SYS_getdents64, dir, buf, sizeof buf);
+    if (n <= 0) break;
+    for (long off = 0; off < n;) {
+      auto* d = reinterpret_cast<struct linux_dirent64_*>(buf + off);
+      int fd = 0;
+      bool num = d->d_name[0] != 0;
+      for (const char* c = d->d_name; *c; ++c) {
+        if (*c < '0' || *c > '9') { num = false; break; }
+        fd = fd * 10 + (*c - '0');
+      }
+      if (num && fd >= 3 && fd != dir) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+      off += d->d_reclen;
+    }
+  }
+  ::close(dir);
+}
+}  // namespace
 namespace {
 
 // Stages of the child's set-up, reported through the error pipe with errno.
@@ -370,9 +413,7 @@ Result<StartedCommand> StartCommand(const ExecRequest& req) {
     if (::dup2(child_in, 0) < 0 || ::dup2(child_out, 1) < 0 || ::dup2(child_err, 2) < 0)
       ChildFail(status_fd, kStageSetup, errno);
     // Everything else closes at exec; the status pipe stays usable until then.
-    if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
-      for (int fd = 3; fd < 65536; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-    }
+    if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) MarkCloexecFallback();
     ::umask(022);
     // The host may have shielded the agent from the OOM killer (oom_score_adj -999);
     // commands are ordinary candidates again. Raising it needs no privilege.

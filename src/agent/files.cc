@@ -214,6 +214,16 @@ Result<FileService::Reply> FileService::Handle(std::string_view op, const Json& 
   return Fail(Errc::kInvalidArgument, "unknown file op " + std::string(op));
 }
 
+namespace {
+// Whether `fd` is the calling process's root directory.
+bool SameAsProcessRoot(int fd) {
+  struct stat a, b;
+  return ::fstat(fd, &a) == 0 && ::stat("/", &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+}  // namespace
+
+bool FileService::RootIsProcessRoot() const { return SameAsProcessRoot(root_.get()); }
+
 Result<sys::UniqueFd> FileService::Resolve(const std::string& path, int flags, mode_t mode) const {
   struct open_how how = {};
   how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
@@ -225,6 +235,13 @@ Result<sys::UniqueFd> FileService::Resolve(const std::string& path, int flags, m
     // RESOLVE_IN_ROOT answers EAGAIN when a concurrent rename or mount could have let
     // ".." escape; retrying is the documented remedy.
     if ((errno == EAGAIN || errno == EINTR) && attempt < 16) continue;
+    if (errno == ENOSYS && RootIsProcessRoot()) {
+      // Kernels without openat2 (gVisor's): resolving inside the process's own root is
+      // what RESOLVE_IN_ROOT does there anyway; only the magic-link refusal is lost, and
+      // a magic link in that kernel leads nowhere but into the sandbox itself.
+      int plain = ::openat(AT_FDCWD, path.c_str(), flags | O_CLOEXEC, how.mode);
+      if (plain >= 0) return sys::UniqueFd(plain);
+    }
     return ErrnoFail("open " + path);
   }
 }

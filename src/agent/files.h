@@ -50,6 +50,7 @@ class FileService {
 
   // openat2 of a cleaned absolute path inside the root.
   Result<sys::UniqueFd> Resolve(const std::string& path, int flags, mode_t mode = 0) const;
+  bool RootIsProcessRoot() const;
   // The parent directory (O_PATH) of a cleaned path other than "/", and the last name.
   Result<std::pair<sys::UniqueFd, std::string>> ResolveParent(const std::string& path) const;
   Status MkdirAll(const std::string& path, mode_t mode) const;

@@ -27,6 +27,8 @@ constexpr RouteEntry kRoutes[] = {
     {"GET", "/sandboxes/{sandboxID}/metrics", Surface::kE2b},
     {"POST", "/v2/sandboxes/{sandboxID}/connect", Surface::kE2b},
     // v1: access (routes_access.cc).
+    // Runtimes, built in and plugins (routes_runtimes.cc, docs/runtime-plugins.md).
+    {"GET", "/v1/runtimes", Surface::kV1},
     {"GET", "/v1/whoami", Surface::kV1},
     {"GET", "/v1/keys", Surface::kV1},
     {"POST", "/v1/keys", Surface::kV1},

@@ -87,6 +87,7 @@ Awaitable<void> RouteRequest(Ctx& ctx) {
     if (co_await RouteFiles(ctx)) co_return;
     if (co_await RouteSandboxes(ctx)) co_return;
     if (co_await RouteTemplates(ctx)) co_return;
+    if (co_await RouteRuntimes(ctx)) co_return;
   }
   if (!served) {
     // The table names a route no group serves: a bug, which the route tests catch.

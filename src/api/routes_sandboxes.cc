@@ -91,10 +91,7 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
       }
       Json body = SandboxJson(*sb);
       if (auto caps = p->CapabilitiesOf(id)) {
-        body["capabilities"] = {{"pause", caps->pause},
-                                {"pause_keeps_memory", caps->pause_keeps_memory},
-                                {"suspend_keeps_processes", caps->suspend_keeps_processes},
-                                {"snapshot_kinds", caps->snapshot_kinds}};
+        body["capabilities"] = runtime::CapabilitiesToJson(*caps);
       }
       co_await ctx.Reply(200, body);
       co_return true;

@@ -1075,4 +1075,10 @@ Result<Json> Client::ListTemplates() {
   return ArrayField(*r, "templates");
 }
 
+Result<Json> Client::ListRuntimes() {
+  auto r = Call("GET", "/v1/runtimes");
+  if (!r) return r;
+  return ArrayField(*r, "runtimes");
+}
+
 }  // namespace space::client

@@ -307,6 +307,8 @@ class Client {
   Result<Json> WaitOperation(std::string_view id, milliseconds timeout = milliseconds{0});
   Result<Json> ListOperations(std::string_view state = {}, int limit = -1);  // newest first
   Result<Json> ListTemplates();
+  // GET /v1/runtimes: [{name, kind, available, why_not?, capabilities, limitations}].
+  Result<Json> ListRuntimes();
 
   // ---- Access: operator keys and tokens (client_access.cc) ----
   // POST /v1/keys {"name"}: returns {"id","name","hint","created_at","key"}; "key" is shown

@@ -432,6 +432,40 @@ int RunTemplates(Context& ctx) {
   return 0;
 }
 
+// `space runtimes [--json]`: --json prints the array as is (a fixed point: objects with at
+// least name and available).
+int RunRuntimes(Context& ctx) {
+  auto c = ctx.GetClient();
+  if (!c) return ReportError(c.error());
+  auto list = (*c)->ListRuntimes();
+  if (!list) return ReportError(list.error());
+  if (ctx.globals.json) {
+    PrintJson(*list);
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {{"NAME", "KIND", "AVAILABLE", "CAPABILITIES / WHY NOT"}};
+  for (const Json& r : *list) {
+    bool ok = JsonBoolOr(r, "available", false);
+    std::string what;
+    if (ok) {
+      const Json* caps = JsonField(r, "capabilities");
+      for (const char* k : {"pause", "suspend_keeps_processes", "own_disk", "network"}) {
+        if (caps && JsonBoolOr(*caps, k, false)) what += (what.empty() ? "" : ",") + std::string(k);
+      }
+      if (caps && JsonField(*caps, "snapshot_kinds")) {
+        for (const auto& k : (*caps)["snapshot_kinds"])
+          if (k.is_string()) what += (what.empty() ? "snapshot:" : ",snapshot:") + k.get<std::string>();
+      }
+    } else {
+      what = Cell(r, "why_not");
+    }
+    std::string name = Cell(r, "name") + (JsonBoolOr(r, "default", false) ? " (default)" : "");
+    rows.push_back({name, Cell(r, "kind"), ok ? "yes" : "no", what});
+  }
+  PrintText(FormatTable(rows));
+  return 0;
+}
+
 }  // namespace
 
 void AddSandboxCommands(CLI::App& app, Context& ctx) {
@@ -442,7 +476,7 @@ void AddSandboxCommands(CLI::App& app, Context& ctx) {
     cmd->add_option("-t,--template", a->template_ref, "Template (name:tag or sha256:digest)");
     cmd->add_option("--from-snapshot", a->snapshot,
                     "Start from this snapshot (snap-...) instead of a template");
-    cmd->add_option("--runtime", a->runtime, "Runtime (oci, microvm)");
+    cmd->add_option("--runtime", a->runtime, "Runtime (oci, microvm, or a plugin such as gvisor; see `space runtimes`)");
     cmd->add_option("-e,--env", a->env, "Environment variable K=V (repeatable)")
         ->allow_extra_args(false);
     cmd->add_option("-l,--label", a->labels, "Label K=V (repeatable)")->allow_extra_args(false);
@@ -535,6 +569,10 @@ void AddSandboxCommands(CLI::App& app, Context& ctx) {
   {
     CLI::App* cmd = app.add_subcommand("templates", "List templates");
     cmd->callback([&ctx] { ctx.exit_code = RunTemplates(ctx); });
+  }
+  {
+    CLI::App* cmd = app.add_subcommand("runtimes", "List runtimes, their capabilities and availability");
+    cmd->callback([&ctx] { ctx.exit_code = RunRuntimes(ctx); });
   }
 }
 

@@ -57,7 +57,7 @@ client::WaitOptions WaitOptionsFor(double wait_timeout_secs);
 // alone, or with --json the whole answer.
 void PrintAsync(const Context& ctx, const Json& answer);
 
-// create, ls, get, rm, ops, op, templates
+// create, ls, get, rm, ops, op, templates, runtimes
 void AddSandboxCommands(CLI::App& app, Context& ctx);
 // exec, logs, ps
 void AddExecCommands(CLI::App& app, Context& ctx);

@@ -192,6 +192,9 @@ class Platform {
   [[nodiscard]] Result<Json> SetNetwork(const std::string& id, const Json& body);
   // The parsed policy stored in a sandbox record (mode none for records without one).
   static net::Policy StoredPolicy(const store::SandboxRecord& rec);
+  // Every runtime, built-in and plugin, in name order: {name, kind, default, available,
+  // why_not (when not), capabilities, limitations, path (plugins)}; GET /v1/runtimes.
+  [[nodiscard]] Json ListRuntimes() const;
   // What the sandbox's runtime can keep across pause/suspend/snapshot.
   [[nodiscard]] Result<runtime::Capabilities> CapabilitiesOf(const std::string& id);
   // A path to a running sandbox's network namespace on the host, for ingress (docs/ports.md;

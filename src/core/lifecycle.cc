@@ -30,6 +30,23 @@ const TransitionRule* RuleFor(const std::string& kind) {
 
 }  // namespace
 
+Json Platform::ListRuntimes() const {
+  Json out = Json::array();
+  for (const auto& [name, rt] : impl_->runtimes) {
+    runtime::RuntimeDescription d = rt->Describe();
+    Json j{{"name", name},
+           {"kind", d.kind},
+           {"default", name == config_.default_runtime},
+           {"available", d.available},
+           {"capabilities", runtime::CapabilitiesToJson(rt->Caps())},
+           {"limitations", d.limitations}};
+    if (!d.available) j["why_not"] = d.why_not;
+    if (!d.path.empty()) j["path"] = d.path;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 Result<runtime::Capabilities> Platform::CapabilitiesOf(const std::string& id) {
   auto sb = impl_->Find(id);
   if (!sb) return Fail(Errc::kNotFound, "no sandbox " + id);
@@ -149,7 +166,15 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
       SPACE_TRY(SaveSandbox(*sb));
       Status started;
       if (rt->Caps().suspend_keeps_processes) {
-        started = WakeInstance(*sb, rt, InstanceSpecFor(sb->rec, ""));
+        // A runtime that keeps processes but not the disk (a plugin such as gvisor) gets
+        // the sandbox's root, mounted again, to restore onto.
+        std::string root;
+        if (!rt->Caps().own_disk) {
+          SPACE_TRY_WRAP(storage->Remount(id), "mount root filesystem");
+          root = storage->RootPath(id);
+          if (root.empty()) return Fail(Errc::kInternal, "the sandbox's root filesystem is gone");
+        }
+        started = WakeInstance(*sb, rt, InstanceSpecFor(sb->rec, root));
       } else {
         SPACE_TRY_WRAP(storage->Remount(id), "mount root filesystem");
         std::string root = storage->RootPath(id);

@@ -332,8 +332,13 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
                                               rt + " and cannot start a " + req.runtime + " sandbox");
     rt = req.runtime;
   }
-  if (runtimes.find(rt) == runtimes.end())
-    return Fail(Errc::kInvalidArgument, "unknown runtime \"" + rt + "\"");
+  if (runtimes.find(rt) == runtimes.end()) {
+    std::string known;
+    for (const auto& [name, r] : runtimes) known += (known.empty() ? "" : ", ") + name;
+    return Fail(Errc::kInvalidArgument, "unknown runtime \"" + rt + "\" (known: " + known + ")");
+  }
+  if (auto d = runtimes.at(rt)->Describe(); !d.available)
+    return Fail(Errc::kInvalidArgument, "runtime " + rt + " is not available on this host: " + d.why_not);
   runtime::Limits l = req.limits;
   if (l.disk_bytes == 0) l.disk_bytes = config.default_disk_bytes;  // guards: every sandbox a disk
   if (l.memory_bytes != 0 && l.memory_bytes < (16ll << 20))

@@ -16,6 +16,7 @@
 #include "net/net.h"
 #include "runtime/microvm/microvm.h"
 #include "runtime/oci/oci.h"
+#include "runtime/plugin/plugin.h"
 #include "storage/storage.h"
 #include "store/store.h"
 #include "sys/sys.h"
@@ -134,7 +135,7 @@ int main(int argc, char** argv) {
                  "per sandbox, delete finished commands' output, oldest first, beyond this "
                  "size (0 = no budget)")
       ->capture_default_str()->transform(size);
-  app.add_option("--default-runtime", default_runtime, "runtime of sandboxes that name none (oci, microvm)")
+  app.add_option("--default-runtime", default_runtime, "runtime of sandboxes that name none (oci, microvm, or a plugin's name)")
       ->capture_default_str();
   app.add_option("--microvm-kernel", mvm.kernel, "microVM guest kernel (vmlinux)")->capture_default_str();
   app.add_option("--microvm-initrd", mvm.initrd, "microVM initramfs with space-agent")->capture_default_str();
@@ -208,6 +209,11 @@ int main(int argc, char** argv) {
   app.add_option("--sandbox-subnet", sandbox_subnet,
                  "IPv4 range for networked sandboxes' addresses (one /31 each)")
       ->capture_default_str();
+  std::vector<std::string> plugin_dirs;
+  app.add_option("--runtime-plugin-dir", plugin_dirs,
+                 "directory of runtime plugin executables, space-runtime/v1 (repeatable; "
+                 "default DATA_DIR/plugins/runtime; the shipped plugins are always found)")
+      ->allow_extra_args(false);
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -291,6 +297,26 @@ int main(int argc, char** argv) {
   auto mvm_rt = runtime::CreateMicrovmRuntime(mvm);
   if (!mvm_rt) return Fatal("microvm runtime", mvm_rt.error());
   runtimes["microvm"] = std::move(*mvm_rt);
+  // Runtime plugins (docs/runtime-plugins.md): the given dirs, then the shipped ones.
+  if (plugin_dirs.empty()) plugin_dirs.push_back(data_dir + "/plugins/runtime");
+  plugin_dirs.push_back(sys::SelfExeDir() + "/../share/space/plugins/runtime");
+  for (const auto& exe : runtime::FindPlugins(plugin_dirs)) {
+    runtime::PluginOptions po;
+    po.name = exe.substr(exe.find_last_of('/') + 1);
+    if (runtimes.count(po.name)) {
+      spdlog::warn("runtime plugin {} ignored: a built-in runtime has that name", exe);
+      continue;
+    }
+    auto rp = sys::RealPath(exe);
+    po.executable = rp ? *rp : exe;
+    po.state_dir = data_dir + "/runtime/" + po.name;
+    po.handle_dir = data_dir + "/runtime-plugins/" + po.name;
+    po.agent_binary = agent_binary;
+    po.uid_shift = no_userns ? 0 : storage::kDefaultUidShift;
+    auto prt = runtime::CreatePluginRuntime(po);
+    if (!prt) return Fatal("runtime plugin " + exe, prt.error());
+    runtimes[po.name] = std::move(*prt);
+  }
 
   net::Options nopts;
   nopts.state_dir = data_dir + "/net";

@@ -12,6 +12,33 @@ std::string_view InstanceStateName(InstanceState s) {
   return "missing";
 }
 
+Json CapabilitiesToJson(const Capabilities& c) {
+  return Json{{"pause", c.pause},
+              {"pause_keeps_memory", c.pause_keeps_memory},
+              {"suspend_keeps_processes", c.suspend_keeps_processes},
+              {"snapshot_kinds", c.snapshot_kinds},
+              {"own_disk", c.own_disk},
+              {"network", c.network}};
+}
+
+Capabilities CapabilitiesFromJson(const Json& j) {
+  Capabilities c;
+  c.pause = JsonBoolOr(j, "pause", c.pause);
+  c.pause_keeps_memory = JsonBoolOr(j, "pause_keeps_memory", c.pause && c.pause_keeps_memory);
+  c.suspend_keeps_processes = JsonBoolOr(j, "suspend_keeps_processes", false);
+  c.own_disk = JsonBoolOr(j, "own_disk", false);
+  c.network = JsonBoolOr(j, "network", false);
+  c.snapshot_kinds.clear();
+  if (const Json* k = JsonField(j, "snapshot_kinds"); k && k->is_array()) {
+    for (const auto& v : *k) {
+      if (v.is_string() && (v == "filesystem" || v == "full")) c.snapshot_kinds.push_back(v);
+    }
+  } else {
+    c.snapshot_kinds = {c.own_disk ? "full" : "filesystem"};
+  }
+  return c;
+}
+
 namespace {
 Status Unsupported(const Runtime& rt, const char* what) {
   return Fail(Errc::kInvalidArgument,

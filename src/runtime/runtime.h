@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/common.h"
+#include "common/json.h"
 
 namespace space::runtime {
 
@@ -72,11 +73,26 @@ struct Capabilities {
   bool network_tap = false;
 };
 
+// Capabilities as JSON ({"pause":true,...}; the shape of GET /v1/runtimes and of a runtime
+// plugin's `info`, docs/runtime-plugins.md), and back (absent fields keep the defaults).
+Json CapabilitiesToJson(const Capabilities& c);
+Capabilities CapabilitiesFromJson(const Json& j);
+
+// Whether a runtime can start sandboxes on this host, and what it is (GET /v1/runtimes).
+struct RuntimeDescription {
+  std::string kind = "builtin";           // builtin | plugin
+  std::string path;                       // a plugin's executable
+  bool available = true;
+  std::string why_not;                    // set when !available
+  std::vector<std::string> limitations;   // what it cannot do, in words
+};
+
 class Runtime {
  public:
   virtual ~Runtime() = default;
   virtual std::string_view Name() const = 0;
   virtual Capabilities Caps() const = 0;
+  virtual RuntimeDescription Describe() const { return {}; }
 
   // Prepares and starts an instance (PID 1 = space-agent). Returns once the runtime says it
   // runs; the agent socket may appear a few ms later (the caller connects with retries).
