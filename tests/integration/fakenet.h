@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "net/net.h"
 #include "sys/sys.h"
@@ -152,6 +153,23 @@ class FakeNet {
   int lock_fd_ = -1;
   std::unique_ptr<sys::ChildProcess> dnsmasq_, servers_;
 };
+
+// Starts a networking suite: the fake internet in a new temp dir, then a daemon using it as
+// its internet (`--dns-upstream` its dnsmasq, `--egress-ca-file` its CA) with `extra`
+// arguments. "" on success, else what failed.
+inline std::string StartNetworkSuite(std::vector<std::string> extra, Daemon*& daemon, FakeNet*& net,
+                                     sys::TempDir*& tmp) {
+  auto t = sys::TempDir::Create("/tmp", "space-fakenet-");
+  if (!t) return t.error().message;
+  tmp = new sys::TempDir(std::move(*t));
+  net = new FakeNet(tmp->path());
+  std::string why;
+  if (!net->Start(&why)) return why;
+  std::vector<std::string> args = {"--dns-upstream", "198.51.100.53", "--egress-ca-file", net->ca()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  daemon = new Daemon(args);
+  return daemon->Start() ? "" : "spaced did not start";
+}
 
 // Ends a networking suite: its daemon, then whatever of its network namespaces and table it
 // left (a test's failure shows it), then the fake internet and its directory.

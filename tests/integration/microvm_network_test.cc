@@ -31,16 +31,7 @@ class MicrovmNetworkTest : public ::testing::Test {
       skip_ = "needs nft, dnsmasq and openssl (make deps)";
       return;
     }
-    auto t = sys::TempDir::Create("/tmp", "space-fakenet-");
-    tmp_ = new sys::TempDir(std::move(*t));
-    net_ = new FakeNet(tmp_->path());
-    if (!net_->Start(&why)) {
-      setup_error_ = why;
-      return;
-    }
-    daemon_ = new Daemon({"--dns-upstream", "198.51.100.53", "--sandbox-subnet", "10.215.0.0/24",
-                          "--egress-ca-file", net_->ca()});
-    if (!daemon_->Start()) setup_error_ = "spaced did not start";
+    setup_error_ = StartNetworkSuite({"--sandbox-subnet", "10.215.0.0/24"}, daemon_, net_, tmp_);
   }
   static void TearDownTestSuite() { StopNetworkSuite(daemon_, net_, tmp_); }
   void SetUp() override {

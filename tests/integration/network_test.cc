@@ -36,17 +36,9 @@ class NetworkTest : public ::testing::Test {
       skip_ = "needs nft, dnsmasq, openssl and curl (make deps)";
       return;
     }
-    auto t = sys::TempDir::Create("/tmp", "space-fakenet-");
-    tmp_ = new sys::TempDir(std::move(*t));
-    net_ = new FakeNet(tmp_->path());
-    if (!net_->Start(&why)) {
-      setup_error_ = why;
-      return;
-    }
-    daemon_ = new Daemon({"--dns-upstream", "198.51.100.53", "--sandbox-subnet", "10.214.0.0/24",
-                          "--egress-ca-file", net_->ca(),
-                          "--egress-preset", "fake=api.example.test,*.cdn.example.test"});
-    if (!daemon_->Start()) setup_error_ = "spaced did not start";
+    setup_error_ = StartNetworkSuite({"--sandbox-subnet", "10.214.0.0/24", "--egress-preset",
+                                      "fake=api.example.test,*.cdn.example.test"},
+                                     daemon_, net_, tmp_);
   }
   // Whatever spaced left would be a bug; the checks are in HygieneAfterDeleteAndCrash.
   static void TearDownTestSuite() { StopNetworkSuite(daemon_, net_, tmp_); }
