@@ -65,7 +65,12 @@ class Backend:
         interrupted_at = None
         try:
             while True:
-                if step(0.05):
+                done = step(0.05)
+                if self.dying_reason in ("restart", "delete"):
+                    # Killed on purpose: whatever the kernel said last, the cell ends so.
+                    job.emit(self.death_error())
+                    return
+                if done:
                     return
                 if interrupted_at is None:
                     if job.interrupt_requested():

@@ -101,7 +101,7 @@ class Context:
         self._running = job
         try:
             self._backend.run(job)
-        except Exception as e:  # a bug or a broken pipe: the cell still ends with an error
+        except BaseException as e:  # a bug, a broken pipe: the cell still ends, the worker lives
             log.exception("context %s: cell failed", self.id)
             job.emit(error_event("InternalError", "space-kernel: %s" % e))
         finally:

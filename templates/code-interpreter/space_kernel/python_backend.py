@@ -6,9 +6,11 @@ turns figures into image/png display data; ipython_startup.py adds JSON for dict
 and e2b/data for pandas DataFrames, as E2B's template does.
 """
 
+import asyncio
 import json
 import os
 import queue
+import time
 
 from jupyter_client import KernelManager
 
@@ -38,7 +40,7 @@ class PythonBackend(Backend):
         try:
             km.start_kernel(
                 extra_arguments=["--InteractiveShell.colors=NoColor",
-                                 "--IPKernelApp.exec_files=%s" % json.dumps([STARTUP])],
+                                 "--IPKernelApp.exec_files=%s" % STARTUP],
                 cwd=self.cwd, env=env)
             kc = km.client()
             kc.start_channels()
@@ -120,8 +122,9 @@ class PythonBackend(Backend):
                 msg = self.kc.get_iopub_msg(timeout=timeout)
             except queue.Empty:
                 return False
-            except Exception:
-                return not self.alive()
+            except (Exception, asyncio.CancelledError):  # channels closed under us (restart)
+                time.sleep(timeout)
+                return False
             if msg["parent_header"].get("msg_id") != msg_id:
                 return False
             kind, content = msg["msg_type"], msg["content"]
