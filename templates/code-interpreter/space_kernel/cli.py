@@ -83,6 +83,10 @@ def cmd_serve(args):
     logging.getLogger("space-kernel").info(
         "serving on %s%s", "tcp %s:%d " % (args.host, args.port) if args.port else "",
         "unix %s" % args.socket if args.socket else "")
+    pid_file = args.socket + ".pid" if args.socket else None
+    if pid_file:
+        with open(pid_file, "w") as f:
+            f.write("%d\n" % os.getpid())
     if not args.no_default_contexts:
         registry.boot()
     while not stop.wait(1.0):
@@ -91,11 +95,12 @@ def cmd_serve(args):
         s.shutdown()
         s.server_close()
     registry.shutdown()
-    if args.socket:
-        try:
-            os.unlink(args.socket)
-        except OSError:
-            pass
+    for path in (args.socket, pid_file):
+        if path:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
     return 0
 
 
