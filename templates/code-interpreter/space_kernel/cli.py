@@ -63,7 +63,7 @@ def cmd_serve(args):
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     env = dict(os.environ)
     env.pop("SPACE_KERNEL_SOCKET", None)
-    registry = Registry(args.cwd or default_cwd(), env, state_dir)
+    registry = Registry(args.cwd or default_cwd(), env, state_dir, spares=not args.no_spare)
     app = App(registry)
     try:
         servers = make_servers(app, args.host, args.port, args.socket)
@@ -350,6 +350,8 @@ def build_parser():
                    "(default: space-kernel.d beside the socket)")
     s.add_argument("--no-default-contexts", action="store_true",
                    help="do not start the default python and javascript contexts at boot")
+    s.add_argument("--no-spare", action="store_true",
+                   help="do not keep a python context started ahead for the next create")
     s.add_argument("-v", "--verbose", action="store_true")
 
     e = sub.add_parser("exec", help="run one cell read from stdin; events as NDJSON on stdout")

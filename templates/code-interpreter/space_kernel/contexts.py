@@ -25,6 +25,9 @@ log = logging.getLogger("space-kernel")
 BACKENDS = {"python": PythonBackend, "javascript": NodeBackend, "bash": BashBackend}
 # E2B starts these two at boot; bash starts on first use.
 BOOT_LANGUAGES = ("python", "javascript")
+# A new python context costs an ipykernel start (~2 s on 2 cores): one is kept started
+# ahead, so "a new context per request" answers as fast as a warm one.
+SPARE_LANGUAGES = ("python",)
 
 
 class Context:
@@ -54,6 +57,9 @@ class Context:
         """Starts the interpreter (blocks until it is ready) and the worker."""
         self._backend = self._new_backend()
         self._worker.start()
+
+    def alive(self):
+        return self._backend is not None and self._backend.alive()
 
     def submit(self, job):
         job.context_id = self.id
@@ -136,10 +142,14 @@ class Context:
 
 
 class Registry:
-    def __init__(self, default_cwd, env, state_dir):
+    def __init__(self, default_cwd, env, state_dir, spares=True):
         self.default_cwd = default_cwd
         self.env = env
         self.state_dir = state_dir
+        self._spare_languages = SPARE_LANGUAGES if spares else ()
+        self._spares = {}  # language -> a started Context, not listed
+        self._refilling = set()
+        self._shut = False
         self._lock = threading.Lock()
         self._contexts = {}  # id -> Context, in creation order
         self._defaults = {}  # language -> id
@@ -155,15 +165,55 @@ class Registry:
             cwd = os.path.join(self.default_cwd, cwd)
         if not os.path.isdir(cwd):
             raise RequestError(400, "invalid_argument", "cwd %s is not a directory" % cwd)
-        ctx = Context(lang, cwd, self.env, self.state_dir)
-        try:
-            ctx.start()
-        except BackendError as e:
-            raise RequestError(500, "internal", str(e))
+        ctx = self._take_spare(lang, cwd)
+        if ctx is None:
+            ctx = Context(lang, cwd, self.env, self.state_dir)
+            try:
+                ctx.start()
+            except BackendError as e:
+                raise RequestError(500, "internal", str(e))
         with self._lock:
             self._contexts[ctx.id] = ctx
+        self.refill(lang)
         log.info("context %s (%s) created in %s", ctx.id, lang, cwd)
         return ctx
+
+    def _take_spare(self, lang, cwd):
+        with self._lock:
+            spare = self._spares.get(lang)
+            if spare is None or spare.cwd != cwd:
+                return None
+            del self._spares[lang]
+        if not spare.alive():
+            spare.close()
+            return None
+        return spare
+
+    def refill(self, lang):
+        """Starts a spare context for lang in the background, if it keeps one."""
+        if lang not in self._spare_languages:
+            return
+        with self._lock:
+            if self._shut or lang in self._spares or lang in self._refilling:
+                return
+            self._refilling.add(lang)
+
+        def make():
+            ctx = Context(lang, self.default_cwd, self.env, self.state_dir)
+            try:
+                ctx.start()
+            except BackendError as e:
+                log.warning("spare %s context: %s", lang, e)
+                ctx = None
+            with self._lock:
+                self._refilling.discard(lang)
+                if ctx is not None and not self._shut and lang not in self._spares:
+                    self._spares[lang] = ctx
+                    ctx = None
+            if ctx is not None:
+                ctx.close()
+
+        threading.Thread(target=make, daemon=True, name="spare-%s" % lang).start()
 
     def get(self, context_id):
         with self._lock:
@@ -211,7 +261,9 @@ class Registry:
 
     def shutdown(self):
         with self._lock:
-            contexts = list(self._contexts.values())
+            self._shut = True
+            contexts = list(self._contexts.values()) + list(self._spares.values())
+            self._spares.clear()
             self._contexts.clear()
             self._defaults.clear()
         for ctx in contexts:
