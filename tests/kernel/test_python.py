@@ -269,3 +269,16 @@ def test_slow_reader_does_not_block_the_cell(daemon, tmp_path):
             break
     c.close()
     assert total == 20000 * 501
+
+
+def test_non_finite_numbers_stay_strict_json(daemon):
+    # JSON.parse (the JS SDK) rejects NaN: such values come back without a json form or
+    # as null, never as a bare NaN token.
+    c = daemon.conn()
+    c.request("POST", "/execute", body=b'{"code": "{\\"a\\": float(\\"nan\\"), \\"b\\": 1}"}',
+              headers={"Content-Type": "application/json"})
+    raw = c.getresponse().read().decode()
+    c.close()
+    assert "NaN" not in raw.replace("'a': nan", "")
+    res = main_result([json.loads(l) for l in raw.splitlines()])
+    assert res["text"] == "{'a': nan, 'b': 1}" and "json" not in res

@@ -17,7 +17,7 @@ def _space_setup():
     # dicts and lists come back with an application/json form (result.json).
     def as_json(obj):
         try:
-            return json.loads(json.dumps(obj))
+            return json.loads(json.dumps(obj, allow_nan=False))
         except (TypeError, ValueError):
             return None
 

@@ -34,9 +34,12 @@ class PythonBackend(Backend):
         env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
         env["JUPYTER_RUNTIME_DIR"] = os.path.join(self.state_dir, "jupyter")
         os.makedirs(env["JUPYTER_RUNTIME_DIR"], mode=0o700, exist_ok=True)
-        km = KernelManager(kernel_name="python3")
-        km.connection_file = os.path.join(env["JUPYTER_RUNTIME_DIR"],
-                                          "kernel-%s.json" % os.urandom(8).hex())
+        # ZeroMQ over unix sockets (ipc), not loopback TCP: it works whether or not the
+        # sandbox's lo is up, and no other process in the sandbox can dial the kernel's ports.
+        name = "k-%s" % os.urandom(6).hex()
+        km = KernelManager(kernel_name="python3", transport="ipc",
+                           ip=os.path.join(env["JUPYTER_RUNTIME_DIR"], name))
+        km.connection_file = os.path.join(env["JUPYTER_RUNTIME_DIR"], name + ".json")
         try:
             km.start_kernel(
                 extra_arguments=["--InteractiveShell.colors=NoColor",

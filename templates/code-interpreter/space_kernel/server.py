@@ -28,6 +28,24 @@ KEEPALIVE_S = 5.0  # as E2B: an idle stream gets {"type":"keepalive"} lines
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def dumps(obj):
+    """JSON that strict parsers (JSON.parse) accept: NaN and infinities become null."""
+    try:
+        return json.dumps(obj, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(obj), allow_nan=False)
+
+
+def _finite(obj):
+    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 class App:
     def __init__(self, registry):
         self.registry = registry
@@ -99,7 +117,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Access-Control-Allow-Origin", "*")
 
     def _send_json(self, status, obj, extra_headers=()):
-        data = json.dumps(obj).encode()
+        data = dumps(obj).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -296,7 +314,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         last_write = time.monotonic()
 
         def write(obj):
-            line = (json.dumps(obj) + "\n").encode()
+            line = (dumps(obj) + "\n").encode()
             self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
             self.wfile.flush()
 
