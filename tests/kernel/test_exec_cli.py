@@ -162,3 +162,23 @@ def test_exec_starts_the_daemon_once(tmp_path):
         while os.path.exists(sock) and time.monotonic() < deadline:
             time.sleep(0.1)
     assert not os.path.exists(sock)
+
+
+def test_exec_names_the_default_context(daemon):
+    rc, ev, _ = run(daemon, ["exec", "-l", "bash", "--context", "default"], "echo d")
+    assert rc == 0
+    assert ev[0]["type"] == "context" and ev[0]["language"] == "bash"
+    assert ev[0]["cwd"] == daemon.cwd
+
+
+def test_serve_refuses_a_busy_port_or_socket(daemon, tmp_path):
+    for args, fragment in (
+            (["--port", str(daemon.port), "--host", "127.0.0.1", "--socket", str(tmp_path / "x.sock")],
+             "in use"),
+            (["--port", "0", "--socket", daemon.socket], "already serves")):
+        p = subprocess.run([sys.executable, SPACE_KERNEL, "serve", "--no-default-contexts"] + args,
+                           capture_output=True, timeout=60, env=daemon.env())
+        assert p.returncode == 2, p.stderr
+        assert fragment in p.stderr.decode()
+    assert not (tmp_path / "x.sock").exists()
+    assert daemon.get("/health")[0] == 200

@@ -238,6 +238,7 @@ def cmd_exec(args):
         language = args.language
         context_id = args.context
         new_context = None
+        made_context = False
         if context_id == "default":
             context_id = None
             language = language or "python"
@@ -247,6 +248,7 @@ def cmd_exec(args):
             if status != 200:
                 return fail("cannot create a context: %s" % error_message(raw))
             new_context = ctx
+            made_context = True
             context_id = ctx["id"]
         else:
             language = None
@@ -268,10 +270,16 @@ def cmd_exec(args):
             return fail("execute: %d %s" % (resp.status, error_message(raw)))
         state["execution"] = resp.getheader("Space-Execution-Id")
         cid = resp.getheader("Space-Context-Id") or context_id
-        if new_context is not None:
-            emit({"type": "context", **new_context})
-        else:
-            emit({"type": "context", "id": cid})
+        if new_context is None:
+            new_context = {"id": cid}
+            try:
+                status, listed, _ = request(sock, "GET", "/contexts", timeout=10)
+                for c in listed if status == 200 else []:
+                    if c.get("id") == cid:
+                        new_context = c
+            except OSError:
+                pass
+        emit({"type": "context", **new_context})
         if state.get("pending"):
             on_signal(signal.SIGINT, None)
         errored, ended = False, False
@@ -292,7 +300,7 @@ def cmd_exec(args):
                 ended = True
                 break
         conn.close()
-        if args.rm and new_context is not None:
+        if args.rm and made_context:
             try:
                 request(sock, "DELETE", "/contexts/%s" % new_context["id"], timeout=30)
             except OSError:
