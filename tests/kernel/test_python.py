@@ -282,3 +282,16 @@ def test_non_finite_numbers_stay_strict_json(daemon):
     assert "NaN" not in raw.replace("'a': nan", "")
     res = main_result([json.loads(l) for l in raw.splitlines()])
     assert res["text"] == "{'a': nan, 'b': 1}" and "json" not in res
+
+
+def test_a_kernel_ignoring_the_interrupt_is_killed(daemon):
+    ctx = daemon.create("python")
+    daemon.execute("mark = 1", context_id=ctx["id"])
+    t0 = time.monotonic()
+    ev = daemon.execute("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                        "time.sleep(120)", context_id=ctx["id"], timeout=1)
+    assert time.monotonic() - t0 < 20
+    err = error(ev)
+    assert err["name"] == "TimeoutError" and "killed" in err["value"]
+    ev = daemon.execute("'mark' in globals()", context_id=ctx["id"])
+    assert main_result(ev)["text"] == "False"

@@ -79,11 +79,14 @@ class Backend:
                 elif time.monotonic() - interrupted_at > INTERRUPT_GRACE_S:
                     self.dying_reason = "unresponsive"
                     self.kill()
-                    job.emit(error_event(
-                        "KeyboardInterrupt" if job.interrupt_reason != "timeout" else "TimeoutError",
-                        "The %s interpreter did not stop within %gs of the interrupt and was "
-                        "killed; the context's state is lost (its next cell starts afresh)"
-                        % (self.language, INTERRUPT_GRACE_S)))
+                    why = ("the %s interpreter did not stop within %gs of the interrupt and "
+                           "was killed; the context's state is lost (its next cell starts "
+                           "afresh)" % (self.language, INTERRUPT_GRACE_S))
+                    if job.interrupt_reason == "timeout":
+                        job.emit(error_event("TimeoutError", "Execution timed out after %g "
+                                             "seconds; %s" % (job.timeout, why)))
+                    else:
+                        job.emit(error_event("KeyboardInterrupt", "Execution interrupted; " + why))
                     return
                 if not self.alive():
                     # Drain what it said before dying.

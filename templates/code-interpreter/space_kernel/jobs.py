@@ -94,7 +94,7 @@ class Job:
                 if self._errored:
                     return
                 self._errored = True
-                if self.interrupt_reason == "timeout":
+                if self.interrupt_reason == "timeout" and ev["name"] != "TimeoutError":
                     ev = error_event("TimeoutError",
                                      "Execution timed out after %g seconds" % self.timeout,
                                      ev.get("traceback", ""))
