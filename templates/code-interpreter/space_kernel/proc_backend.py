@@ -146,8 +146,7 @@ class ProcBackend(Backend):
             self._done.set()
 
     def send(self, obj):
-        data = (json.dumps(obj) + "\n").encode()
-        os.write(self._req_w, data) if len(data) < 4096 else self._write_all(data)
+        self._write_all((json.dumps(obj) + "\n").encode())
 
     def _write_all(self, data):
         view = memoryview(data)
