@@ -35,7 +35,7 @@ cleanup() {
     for n in $(ip netns list | awk '{print $1}' | grep "^space-$TAG-"); do ip netns del "$n" 2>/dev/null || true; done
     nft delete table inet "space_$TAG" 2>/dev/null || true
   fi
-  ip route del 203.0.113.0/24 via 198.51.100.2 2>/dev/null || true
+  sh tests/integration/fakenet_route.sh del 198.51.100.2
   ip link del "$HIF" 2>/dev/null || true
   ip netns del "$NS" 2>/dev/null || true
   grep " $DIR" /proc/self/mountinfo | awk '{print $5}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
@@ -50,7 +50,7 @@ ip -n "$NS" link set lo up; ip -n "$NS" link set eth0 up
 ip -n "$NS" addr add 198.51.100.2/24 dev eth0
 ip -n "$NS" addr add 203.0.113.10/32 dev lo
 ip -n "$NS" route add default via 198.51.100.1
-ip route add 203.0.113.0/24 via 198.51.100.2
+sh tests/integration/fakenet_route.sh add 198.51.100.2
 ip netns exec "$NS" /usr/bin/python3 tests/integration/fakenet_server.py --log "$DIR/servers.log" \
   --ready "$DIR/ready" --http 203.0.113.10:80 >/dev/null 2>&1 &
 SRV=$!

@@ -54,9 +54,13 @@ class FakeNet {
   ~FakeNet() {
     servers_.reset();
     dnsmasq_.reset();
-    Sh("ip route del 203.0.113.0/24 via 198.51.100.2 2>/dev/null; ip link del " + host_if_ +
+    Sh(RouteScript() + " del 198.51.100.2; ip link del " + host_if_ +
        " 2>/dev/null; ip netns del " + ns_ + " 2>/dev/null");
     if (lock_fd_ >= 0) ::close(lock_fd_);
+  }
+
+  static std::string RouteScript() {
+    return std::string("sh ") + SPACE_SOURCE_DIR + "/tests/integration/fakenet_route.sh";
   }
 
   bool Start(std::string* why) {
@@ -68,7 +72,7 @@ class FakeNet {
             "; ip -n " + ns_ + " addr add 198.51.100.2/24 dev eth0; ip -n " + ns_ +
             " addr add 198.51.100.53/24 dev eth0" + "; ip -n " + ns_ + " addr add 203.0.113.10/32 dev lo" +
             "; ip -n " + ns_ + " addr add 203.0.113.66/32 dev lo" + "; ip -n " + ns_ +
-            " route add default via 198.51.100.1" + "; ip route add 203.0.113.0/24 via 198.51.100.2",
+            " route add default via 198.51.100.1" + "; " + RouteScript() + " add 198.51.100.2",
         &code);
     if (code != 0) {
       *why = "fake internet: " + out;
