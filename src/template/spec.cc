@@ -517,11 +517,10 @@ class Parser {
     std::string key = Upper(kw);
     int line = l.line;
 
-    static const std::set<std::string> kIgnored = {"CMD",        "ENTRYPOINT", "EXPOSE",
-                                                   "LABEL",      "MAINTAINER", "VOLUME",
-                                                   "STOPSIGNAL", "HEALTHCHECK"};
-    static const std::set<std::string> kKnown = {"FROM",    "RUN",  "COPY", "ENV",
-                                                 "WORKDIR", "USER", "ARG"};
+    static const std::set<std::string> kIgnored = {"ENTRYPOINT", "EXPOSE",     "LABEL",
+                                                   "MAINTAINER", "VOLUME",     "STOPSIGNAL"};
+    static const std::set<std::string> kKnown = {"FROM", "RUN", "COPY", "ENV",        "WORKDIR",
+                                                 "USER", "ARG", "CMD",  "HEALTHCHECK"};
     if (key == "ADD") return LineFail(line, "ADD is not supported; use COPY");
     if (key == "ONBUILD" || key == "SHELL") return LineFail(line, key + " is not supported");
     bool ignored = kIgnored.count(key) > 0;
@@ -532,13 +531,15 @@ class Parser {
     if (ignored) {
       spec_.warnings.push_back("line " + std::to_string(line) + ": " + key +
                                " is ignored (templates carry no " +
-                               (key == "CMD" || key == "ENTRYPOINT" ? "default command"
+                               (key == "ENTRYPOINT" ? "entry point: CMD is the start command"
                                 : key == "EXPOSE"                   ? "port list"
                                                                     : "image metadata") +
                                ")");
       return Ok();
     }
     if (args.empty()) return LineFail(line, key + " needs an argument");
+    if (key == "CMD") return Cmd(line, args, &spec_.start_cmd);
+    if (key == "HEALTHCHECK") return Healthcheck(line, args);
     Step step;
     step.line = line;
     step.text = std::string(t);
@@ -567,6 +568,33 @@ class Parser {
     }
     spec_.steps.push_back(std::move(step));
     return Ok();
+  }
+
+  // CMD: the template's start command, in RUN's two forms; a later CMD replaces it.
+  Status Cmd(int line, std::string_view args, std::vector<std::string>* out) {
+    Step step;
+    SPACE_TRY(RunStep(line, args, &step));
+    *out = RunArgv(step);
+    return Ok();
+  }
+
+  // HEALTHCHECK [--option=value...] CMD command | HEALTHCHECK NONE: the start command's
+  // readiness check. Options (interval, timeout, ...) are ignored with a warning.
+  Status Healthcheck(int line, std::string_view args) {
+    if (Upper(args) == "NONE") {
+      spec_.ready_cmd.clear();
+      return Ok();
+    }
+    while (args.starts_with("--")) {
+      size_t sp = 0;
+      while (sp < args.size() && !IsSpace(args[sp])) ++sp;
+      spec_.warnings.push_back("line " + std::to_string(line) + ": HEALTHCHECK option " +
+                               std::string(args.substr(0, sp)) + " ignored");
+      args = Trim(args.substr(sp));
+    }
+    if (args.size() < 4 || Upper(args.substr(0, 3)) != "CMD" || !IsSpace(args[3]))
+      return LineFail(line, "HEALTHCHECK wants CMD command or NONE");
+    return Cmd(line, Trim(args.substr(4)), &spec_.ready_cmd);
   }
 
   Status Arg(int line, std::string_view args) {

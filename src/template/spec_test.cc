@@ -157,10 +157,29 @@ TEST(SpecIgnoredTest, WarnsWithLineNumbers) {
       "LABEL a=b\n"
       "RUN true\n");
   ASSERT_EQ(s.steps.size(), 1u);
-  EXPECT_TRUE(HasWarning(s, "line 2: CMD is ignored"));
+  EXPECT_FALSE(HasWarning(s, "line 2: CMD"));
+  EXPECT_EQ(s.start_cmd, (std::vector<std::string>{"sh"}));
   EXPECT_TRUE(HasWarning(s, "line 3: ENTRYPOINT is ignored"));
   EXPECT_TRUE(HasWarning(s, "line 4: EXPOSE is ignored"));
   EXPECT_TRUE(HasWarning(s, "line 5: LABEL is ignored"));
+}
+
+TEST(SpecStartTest, CmdAndHealthcheck) {
+  Spec s = MustParse(
+      "FROM a\n"
+      "CMD first\n"
+      "CMD server --port 1\n"
+      "HEALTHCHECK --interval=1s --retries=3 CMD [\"ping\", \"-q\"]\n");
+  EXPECT_EQ(s.start_cmd, (std::vector<std::string>{"/bin/sh", "-c", "server --port 1"}));
+  EXPECT_EQ(s.ready_cmd, (std::vector<std::string>{"ping", "-q"}));
+  EXPECT_TRUE(HasWarning(s, "line 4: HEALTHCHECK option --interval=1s ignored"));
+  EXPECT_TRUE(s.steps.empty());
+  Spec none = MustParse("FROM a\nHEALTHCHECK CMD x\nHEALTHCHECK none\n");
+  EXPECT_TRUE(none.ready_cmd.empty());
+  EXPECT_TRUE(none.start_cmd.empty());
+  ExpectError("FROM a\nHEALTHCHECK --interval=1s", "line 2: ", "HEALTHCHECK wants CMD");
+  ExpectError("FROM a\nHEALTHCHECK RUN x", "line 2: ", "HEALTHCHECK wants CMD");
+  ExpectError("CMD x\nFROM a", "line 1: ", "before FROM");
 }
 
 TEST(SpecEnvTest, BothFormsQuotesAndOrder) {

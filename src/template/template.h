@@ -36,8 +36,13 @@ namespace space::tmpl {
 //   ENV K=V K2="v w" ...  |  ENV K the rest of the line
 //   WORKDIR path              relative paths resolve against the previous working directory
 //   USER user[:group]
-//   CMD ENTRYPOINT EXPOSE LABEL MAINTAINER VOLUME STOPSIGNAL HEALTHCHECK   ignored, with a
-//                             warning (templates have no default command or metadata)
+//   CMD command | CMD ["prog", "arg"...]   the template's start command (Spec::start_cmd):
+//                             spaced starts it in every new sandbox of the template (the
+//                             last CMD wins)
+//   HEALTHCHECK [--opt=v...] CMD command | HEALTHCHECK NONE   the start command's readiness
+//                             check (Spec::ready_cmd); options are ignored with a warning
+//   ENTRYPOINT EXPOSE LABEL MAINTAINER VOLUME STOPSIGNAL   ignored, with a warning
+//                             (templates have no entry point or metadata)
 // Variable expansion: `$V`, `${V}`, `${V:-word}`, `${V-word}`, `${V:+word}`, `${V+word}`,
 // `${V:?message}`; `\$` is a literal dollar; nothing is expanded inside single quotes. A name
 // is looked up in the environment (ParseOptions::base_env updated by earlier ENV lines) first,
@@ -93,6 +98,8 @@ struct Step {
 struct Spec {
   FromRef from;
   std::vector<Step> steps;
+  // CMD and HEALTHCHECK CMD as argv (shell form: {"/bin/sh", "-c", command}); empty if none.
+  std::vector<std::string> start_cmd, ready_cmd;
   std::vector<std::string> warnings;  // each "line N: ..."
 };
 
