@@ -84,6 +84,15 @@ Result<CommandInfo> Platform::StartCommand(const std::string& sandbox_id,
   if (!sb) return Fail(Errc::kNotFound, "no sandbox " + sandbox_id);
   sb->last_activity_ms = NowUnixMillis();
   std::lock_guard lock(sb->mu);
+  return impl_->StartCommandLocked(*sb, req);
+}
+
+Result<CommandInfo> Platform::Impl::StartCommandLocked(Sandbox& sandbox, const CommandRequest& req) {
+  Sandbox* sb = &sandbox;
+  Impl* impl_ = this;
+  const Config& config_ = config;
+  Notifier& notifier_ = self->notifier();
+  const std::string& sandbox_id = sb->rec.id;
   if (sb->rec.state != "running")
     return Fail(Errc::kConflict, "sandbox " + sandbox_id + " is " + sb->rec.state + ", not running");
   if (!sb->session || !sb->session->connected())
@@ -168,6 +177,58 @@ Result<CommandInfo> Platform::StartCommand(const std::string& sandbox_id,
     return Fail(Errc::kUnavailable, "sandbox " + sandbox_id + ": its agent has no pty support");
   }
   return Snapshot(*cmd);
+}
+
+Status Platform::Impl::RunStartCommand(Sandbox& sb) {
+  const Json* tc = JsonField(sb.rec.spec, "template_config");
+  const Json* start = tc ? JsonField(*tc, "start_cmd") : nullptr;
+  if (!start || !start->is_array() || start->empty()) return Ok();
+  CommandRequest req;
+  for (const auto& a : *start) req.argv.push_back(a.is_string() ? a.get<std::string>() : a.dump());
+  auto started = StartCommandLocked(sb, req);
+  if (!started) return tl::unexpected(std::move(started.error()).Wrap("the template's start command"));
+  const Json* ready = JsonField(*tc, "ready_cmd");
+  if (!ready || !ready->is_array() || ready->empty()) return Ok();
+  CommandRequest check;
+  for (const auto& a : *ready) check.argv.push_back(a.is_string() ? a.get<std::string>() : a.dump());
+  check.timeout_ms = 10000;
+  // The check runs until it passes, backing off from 50 ms to 1 s, for at most a minute.
+  const int64_t deadline = MonotonicNanos() + 60'000'000'000LL;
+  int64_t wait_ms = 50;
+  std::string last;
+  for (;;) {
+    auto c = StartCommandLocked(sb, check);
+    if (!c) return tl::unexpected(std::move(c.error()).Wrap("the template's readiness check"));
+    std::shared_ptr<Command> cmd;
+    {
+      std::lock_guard l(sb.cmd_mu);
+      if (auto it = sb.commands.find(c->record.id); it != sb.commands.end()) cmd = it->second;
+    }
+    while (cmd) {
+      {
+        std::lock_guard l(cmd->mu);
+        if (cmd->rec.state != "running" && cmd->rec.state != "starting") break;
+      }
+      if (MonotonicNanos() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    int code = -1;
+    if (cmd) {
+      std::lock_guard l(cmd->mu);
+      code = cmd->rec.state == "exited" ? cmd->rec.exit_code.value_or(-1) : -1;
+      last = cmd->rec.state + (cmd->rec.reason.empty() ? "" : ": " + cmd->rec.reason);
+    } else if (auto info = store->GetCommand(sb.rec.id, c->record.id)) {
+      code = info->state == "exited" ? info->exit_code.value_or(-1) : -1;
+      last = info->state;
+    }
+    if (code == 0) return Ok();
+    if (MonotonicNanos() + wait_ms * 1000000 > deadline)
+      return Fail(Errc::kDeadlineExceeded,
+                  "the template's start command did not become ready in 60 s (last check: " +
+                      last + ", exit " + std::to_string(code) + ")");
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+    wait_ms = std::min<int64_t>(wait_ms * 2, 1000);
+  }
 }
 
 Result<CommandInfo> Platform::GetCommand(const std::string& sandbox_id, const std::string& cid) {

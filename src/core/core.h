@@ -62,6 +62,11 @@ struct Config {
   // while a sandbox's stored output exceeds the byte budget (0 = no budget).
   int64_t output_retention_s = 0;
   int64_t output_retention_bytes = 0;
+  // Built-in templates (builtin_templates.cc): the directory of the Spacefiles that ship with
+  // SPACE (one subdirectory per template; "" = none), and the cache of built ones shared by
+  // data dirs ("" = no cache).
+  std::string builtin_templates_dir;
+  std::string template_cache_dir = "/var/cache/space/templates";
 };
 
 // Keys for Watch(): "op:<id>", "cmd:<sandbox>:<command>", "sb:<id>".
@@ -214,6 +219,16 @@ class Platform {
   // with target "name:tag". Its result shows progress ({"step","steps","log_tail"}) while
   // it runs and {"template","digest"} once done.
   [[nodiscard]] Result<store::OperationRecord> BuildTemplate(const TemplateBuildRequest& req);
+  // Built-in templates (builtin_templates.cc): "debian:bookworm" and one "NAME:latest" per
+  // Spacefile shipped in Config::builtin_templates_dir.
+  std::vector<std::string> BuiltinTemplateNames() const;
+  // Starts the build of a built-in template and of what it is FROM (each imported from the
+  // shared cache when it holds the same recipe, else built and saved there), or returns the
+  // operation already building it. Builds run one at a time. Ok at once (an operation that
+  // finds everything up to date) when nothing changed. `echo`: the build log's lines also go
+  // to spaced's log. kNotFound if `ref` is not a built-in.
+  [[nodiscard]] Result<store::OperationRecord> EnsureBuiltinTemplate(const std::string& ref,
+                                                                     bool echo = false);
   // The full build log of a template build operation; kNotFound if there is none.
   [[nodiscard]] Result<std::string> TemplateBuildLog(const std::string& op_id);
 

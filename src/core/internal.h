@@ -97,6 +97,22 @@ struct Platform::Impl {
   std::vector<std::thread> workers;
   bool stopping = false;
 
+  // Starts a command in a running sandbox whose mu the caller holds (commands.cc).
+  Result<CommandInfo> StartCommandLocked(Sandbox& sb, const CommandRequest& req);
+  // Starts the template's start command (CMD) in a sandbox whose processes are new, then
+  // waits for its readiness check (HEALTHCHECK CMD) to pass; Ok at once if it has none.
+  // Caller holds sb.mu and the sandbox is running with its agent connected.
+  Status RunStartCommand(Sandbox& sb);
+
+  // Built-in templates (builtin_templates.cc): the operation building each one while it
+  // runs, and the lock a build holds for its whole run (one at a time).
+  std::mutex builtin_mu;
+  std::map<std::string, std::string> builtin_ops;
+  std::mutex builtin_run_mu;
+  // The error for a create naming a template that is not stored: kNotFound, or, for a
+  // built-in, kUnavailable naming the operation just started (or running) to build it.
+  Error MissingTemplate(const std::string& name, const std::string& tag);
+
   // Resource guards (guards.cc).
   std::atomic<bool> disk_low{false};      // the data dir's free space is below the reserve
   std::atomic<int64_t> disk_free{0};      // bytes free there at the last look

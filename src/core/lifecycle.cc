@@ -186,6 +186,7 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
       SPACE_TRY_WRAP(ConnectAgent(sb, config.agent_connect_timeout_ms), "connect to agent");
       sb->rec.state = "running";
       sb->rec.reason.clear();
+      if (!rt->Caps().suspend_keeps_processes) SPACE_TRY(RunStartCommand(*sb));
       return SaveSandbox(*sb);
     };
     st = run();

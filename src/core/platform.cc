@@ -313,7 +313,7 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
       tmpl = store->GetTemplate(parsed->first, parsed->second);
       if (!tmpl) {
         if (tmpl.error().code == Errc::kNotFound)
-          return Fail(Errc::kNotFound, "unknown template " + parsed->first + ":" + parsed->second);
+          return tl::unexpected(MissingTemplate(parsed->first, parsed->second));
         return tl::unexpected(tmpl.error());
       }
       template_ref = parsed->first + ":" + parsed->second;
@@ -535,6 +535,9 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
                   (t1 - t0) / 1e6, (t2 - t1) / 1e6, (t3 - t2) / 1e6);
     sb->rec.state = "running";
     sb->rec.reason.clear();
+    // New processes (from the template, or a snapshot of the filesystem alone): the
+    // template's start command runs and is ready before anyone hears of the sandbox.
+    if (snapshot.empty() || !rt->Caps().own_disk) SPACE_TRY(RunStartCommand(*sb));
     int64_t timeout_s = JsonIntOr(sb->rec.spec, "timeout_s", 0);
     sb->rec.spec["expires_ms"] = timeout_s > 0 ? NowUnixMillis() + timeout_s * 1000 : 0;
     sb->last_activity_ms = NowUnixMillis();

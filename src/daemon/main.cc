@@ -100,6 +100,15 @@ int main(int argc, char** argv) {
   std::vector<std::string> drop_token_keys;
   int64_t token_ttl_s = 24 * 3600;
   std::string default_runtime = "oci";
+  std::string default_template = "base:latest";
+  std::string template_cache = core::Config{}.template_cache_dir;
+  std::string builtin_templates;
+  for (const char* rel : {"/../share/space/templates", "/../../templates"}) {
+    std::string d = sys::SelfExeDir() + rel;
+    if (builtin_templates.empty() && ::access((d + "/python/Spacefile").c_str(), R_OK) == 0)
+      builtin_templates = d;
+  }
+  std::vector<std::string> prepare_templates;
   std::string sandbox_domain = "localhost";
   runtime::MicrovmOptions mvm;
   std::string guest_dir = sys::SelfExeDir() + "/../share/space/microvm";
@@ -137,6 +146,17 @@ int main(int argc, char** argv) {
       ->capture_default_str()->transform(size);
   app.add_option("--default-runtime", default_runtime, "runtime of sandboxes that name none (oci, microvm, or a plugin's name)")
       ->capture_default_str();
+  app.add_option("--default-template", default_template,
+                 "template of sandboxes that name none")->capture_default_str();
+  app.add_option("--template-cache", template_cache,
+                 "cache of built built-in templates, shared by data dirs (\"\" = none)")
+      ->capture_default_str();
+  app.add_option("--builtin-templates", builtin_templates,
+                 "directory of the built-in templates' Spacefiles (default: shipped beside spaced)")
+      ->capture_default_str();
+  app.add_option("--prepare-template", prepare_templates,
+                 "build (or import from the cache) this built-in template at start, its progress "
+                 "in the log (repeatable: python, code-interpreter)");
   app.add_option("--microvm-kernel", mvm.kernel, "microVM guest kernel (vmlinux)")->capture_default_str();
   app.add_option("--microvm-initrd", mvm.initrd, "microVM initramfs with space-agent")->capture_default_str();
   app.add_option("--microvm-accel", mvm.accel, "auto (probe KVM, else TCG), kvm or tcg")->capture_default_str();
@@ -344,6 +364,11 @@ int main(int argc, char** argv) {
   config.crash_point = crash_point;
   config.max_creating = max_creating;
   config.default_runtime = default_runtime;
+  config.default_template = default_template.find(':') == std::string::npos
+                                ? default_template + ":latest"
+                                : default_template;
+  config.template_cache_dir = template_cache;
+  config.builtin_templates_dir = builtin_templates;
   config.max_output_bytes = max_output_bytes;
   config.default_disk_bytes = default_disk_bytes;
   config.min_free_bytes = min_free_bytes;
@@ -369,6 +394,12 @@ int main(int argc, char** argv) {
   if (auto st = (*platform)->EnsureBaseTemplate(busybox); !st) return Fatal("base template", st.error());
   if (auto st = (*platform)->Recover(); !st) return Fatal("recovery", st.error());
   (*platform)->FillPools();
+  for (const auto& t : prepare_templates) {
+    auto op = (*platform)->EnsureBuiltinTemplate(t, true);
+    if (!op) return Fatal("--prepare-template " + t, op.error());
+    spdlog::info("template {}: operation {} prepares it (progress below; GET /v1/operations/{})", t,
+                 op->id, op->id);
+  }
 
   api::ServerOptions sopts;
   sopts.address = address;
