@@ -189,6 +189,7 @@ std::pair<std::string, int64_t> MintToken(const Ctx& ctx, const store::SandboxRe
 // Route groups (routes_*.cc). Each returns true if it handled the request.
 Awaitable<bool> RouteSandboxes(Ctx& ctx);
 Awaitable<bool> RouteCommands(Ctx& ctx);
+Awaitable<bool> RouteCode(Ctx& ctx);
 Awaitable<bool> RouteFiles(Ctx& ctx);
 Awaitable<bool> RouteTemplates(Ctx& ctx);
 Awaitable<bool> RouteRuntimes(Ctx& ctx);

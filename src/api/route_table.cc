@@ -64,6 +64,15 @@ constexpr RouteEntry kRoutes[] = {
     {"POST", "/v1/sandboxes/{id}/commands/{command_id}/stdin", Surface::kV1},
     {"POST", "/v1/sandboxes/{id}/commands/{command_id}/resize", Surface::kV1},
     {"POST", "/v1/sandboxes/{id}/commands/{command_id}/signal", Surface::kV1},
+    // Code cells and contexts (routes_code.cc).
+    {"POST", "/v1/sandboxes/{id}/code", Surface::kV1},
+    {"GET", "/v1/sandboxes/{id}/code/contexts", Surface::kV1},
+    {"POST", "/v1/sandboxes/{id}/code/contexts", Surface::kV1},
+    {"DELETE", "/v1/sandboxes/{id}/code/contexts/{context_id}", Surface::kV1},
+    {"POST", "/v1/sandboxes/{id}/code/contexts/{context_id}/restart", Surface::kV1},
+    {"POST", "/v1/sandboxes/{id}/code/contexts/{context_id}/interrupt", Surface::kV1},
+    {"GET", "/v1/sandboxes/{id}/code/{command_id}", Surface::kV1},
+    {"POST", "/v1/sandboxes/{id}/code/{command_id}/interrupt", Surface::kV1},
     // Files (routes_files.cc).
     {"GET", "/v1/sandboxes/{id}/files", Surface::kV1},
     {"PUT", "/v1/sandboxes/{id}/files", Surface::kV1},

@@ -84,6 +84,7 @@ Awaitable<void> RouteRequest(Ctx& ctx) {
     if (co_await RouteAccess(ctx)) co_return;
     if (co_await RoutePorts(ctx)) co_return;
     if (co_await RouteCommands(ctx)) co_return;
+    if (co_await RouteCode(ctx)) co_return;
     if (co_await RouteFiles(ctx)) co_return;
     if (co_await RouteSandboxes(ctx)) co_return;
     if (co_await RouteTemplates(ctx)) co_return;

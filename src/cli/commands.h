@@ -71,6 +71,8 @@ void AddSnapshotCommands(CLI::App& app, Context& ctx);
 void AddTemplateCommands(CLI::App& app, Context& ctx);
 // keys create|ls|rm, token
 void AddKeyCommands(CLI::App& app, Context& ctx);
+// run-code (cmd_code.cc)
+void AddCodeCommands(CLI::App& app, Context& ctx);
 // mcp (cmd_mcp.cc)
 void AddMcpCommands(CLI::App& app, Context& ctx);
 // shell (cmd_tty.cc)

@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
 
   AddSandboxCommands(app, ctx);
   AddExecCommands(app, ctx);
+  AddCodeCommands(app, ctx);
   AddFileCommands(app, ctx);
   AddLifecycleCommands(app, ctx);
   AddSnapshotCommands(app, ctx);
