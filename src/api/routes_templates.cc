@@ -10,7 +10,17 @@ Awaitable<bool> RouteTemplates(Ctx& ctx) {
 
   if (s.size() == 2 && ctx.method == "GET") {
     auto ts = co_await ctx.Blocking([&] { return p->ListTemplates(); });
-    co_await ReplyList(ctx, "templates", std::move(ts), TemplateJson);
+    if (!ts) {
+      co_await ctx.ReplyError(ts.error());
+      co_return true;
+    }
+    Json arr = Json::array();
+    for (const auto& t : *ts) arr.push_back(TemplateJson(t));
+    // Built-ins not built yet, so that users learn they can ask for them.
+    Json builtins = Json::array();
+    for (const auto& b : p->BuiltinTemplateNames()) builtins.push_back(b);
+    Json reply_body = {{"templates", arr}, {"builtins", builtins}};
+    co_await ctx.Reply(200, reply_body);
     co_return true;
   }
 
@@ -31,12 +41,23 @@ Awaitable<bool> RouteTemplates(Ctx& ctx) {
       co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "request body must be a JSON object"});
       co_return true;
     }
-    auto req = ParseBuild(*body);
+    // {"builtin":"python"}: build (or import from the cache) a built-in template.
+    const Json* builtin = JsonField(*body, "builtin");
+    if (builtin && (!builtin->is_string() || body->size() != 1)) {
+      co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0,
+                                    "builtin is the name of a built-in template, alone"});
+      co_return true;
+    }
+    Result<core::TemplateBuildRequest> req = core::TemplateBuildRequest{};
+    if (!builtin) req = ParseBuild(*body);
     if (!req) {
       co_await ctx.ReplyError(req.error());
       co_return true;
     }
-    auto started = co_await ctx.Blocking([&] { return p->BuildTemplate(*req); });
+    std::string builtin_ref = builtin ? builtin->get<std::string>() : "";
+    auto started = co_await ctx.Blocking([&] {
+      return builtin ? p->EnsureBuiltinTemplate(builtin_ref) : p->BuildTemplate(*req);
+    });
     if (!started) {
       co_await ctx.ReplyError(started.error());
       co_return true;

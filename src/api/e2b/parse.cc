@@ -15,6 +15,9 @@ namespace rpc = connect;
 // ---------------------------------------------------------------- control plane
 
 std::string TemplateRef(const std::string& e2b_template) {
+  // E2B's code-interpreter SDKs create from their template's name: ours is the built-in.
+  if (e2b_template == "code-interpreter-v1" || e2b_template == "code-interpreter-v1:latest")
+    return "code-interpreter:latest";
   if (e2b_template.find(':') != std::string::npos) return e2b_template;
   return e2b_template + ":latest";
 }
