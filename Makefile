@@ -17,8 +17,11 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The python template is built from Debian on the first run (several minutes, its progress in
+# the log; later runs and other data dirs take it from /var/cache/space/templates).
 run: build
-	$(BUILD)/bin/spaced --listen $(LISTEN) --data-dir $(DATA_DIR) --warm-pool base=2
+	$(BUILD)/bin/spaced --listen $(LISTEN) --data-dir $(DATA_DIR) --warm-pool base=2 \
+	  --prepare-template python --default-template python
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 900

@@ -1,4 +1,6 @@
 // space create | ls | get | rm | ops | op | templates
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <memory>
@@ -157,6 +159,38 @@ int RunCreate(Context& ctx, const CreateArgs& a) {
     return 0;
   }
   auto sb = (*c)->CreateSandboxAndWait(body, WaitOptionsFor(a.wait_timeout));
+  if (!sb && sb.error().code == Errc::kUnavailable) {
+    // A built-in template being built: follow its build, then create.
+    const std::string& m = sb.error().message;
+    size_t at = m.find("(operation op-");
+    if (at != std::string::npos) {
+      std::string op = m.substr(at + 11, m.find_first_of(", )", at + 11) - (at + 11));
+      std::fprintf(stderr, "space: %s\nspace: waiting for %s (its log: GET /v1/templates/builds/%s/log)\n",
+                   m.c_str(), op.c_str(), op.c_str());
+      std::string shown;
+      for (;;) {
+        auto o = (*c)->GetOperation(op, std::chrono::seconds(2));
+        if (!o) return ReportError(o.error());
+        if (::isatty(STDERR_FILENO)) {
+          auto log = (*c)->Request("GET", "/v1/templates/builds/" + op + "/log");
+          if (log && log->ok() && log->body.size() > shown.size() &&
+              log->body.compare(0, shown.size(), shown) == 0) {
+            std::fwrite(log->body.data() + shown.size(), 1, log->body.size() - shown.size(), stderr);
+            shown = log->body;
+          }
+        }
+        std::string state = JsonStringOr(*o, "state", "");
+        if (state == "failed") {
+          const Json* e = JsonField(*o, "error");
+          return ReportError(Error{Errc::kUnavailable, 0,
+                                   "building the template failed: " +
+                                       JsonStringOr(e ? *e : Json(), "message", "see its log")});
+        }
+        if (state == "succeeded") break;
+      }
+      sb = (*c)->CreateSandboxAndWait(body, WaitOptionsFor(a.wait_timeout));
+    }
+  }
   if (!sb) return ReportError(sb.error());
   if (ctx.globals.json) {
     PrintJson(*sb);

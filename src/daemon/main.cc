@@ -420,9 +420,13 @@ int main(int argc, char** argv) {
       "  API key:   %s/api-key\n"
       "  Try:       build/bin/space --data-dir %s create\n"
       "             build/bin/space --data-dir %s exec <id> -- echo hello\n"
-      "  or:        export SPACE_URL=%s SPACE_API_KEY=$(cat %s/api-key)\n\n",
+      "  or:        export SPACE_URL=%s SPACE_API_KEY=$(cat %s/api-key)\n",
       url.c_str(), data_dir.c_str(), data_dir.c_str(), data_dir.c_str(), url.c_str(),
       data_dir.c_str());
+  std::printf("  Template:  new sandboxes start from %s", config.default_template.c_str());
+  if (!prepare_templates.empty())
+    std::printf(" (built-ins being prepared: a create waits for them; progress below)");
+  std::printf("\n\n");
   std::fflush(stdout);
 
   int sig = 0;
