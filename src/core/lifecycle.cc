@@ -101,6 +101,15 @@ Result<store::OperationRecord> Platform::Transition(const std::string& id, const
       if (caps && !caps->Caps().pause)
         return Fail(Errc::kInvalidArgument, "runtime " + sb->rec.runtime + " cannot pause");
     }
+    // A suspended sandbox commits no memory: waking it is admitted like a create, and it
+    // counts as committed (waking) before anyone else is admitted.
+    std::optional<std::unique_lock<std::mutex>> admitted;
+    if (kind == "wake") {
+      const Json* lj = JsonField(sb->rec.spec, "limits");
+      auto a = impl_->AdmitMemory(lj ? JsonIntOr(*lj, "memory_bytes", 0) : 0, 1);
+      if (!a) return tl::unexpected(std::move(a.error()).Wrap("wake " + id));
+      admitted.emplace(std::move(*a));
+    }
     op.id = NewId("op");
     op.kind = kind;
     op.target = id;
@@ -108,6 +117,14 @@ Result<store::OperationRecord> Platform::Transition(const std::string& id, const
     op.created_ms = op.updated_ms = NowUnixMillis();
     SPACE_TRY(impl_->store->PutOperation(op));
     sb->busy_op = op.id;
+    if (admitted) {
+      sb->rec.state = rule->transitional;
+      if (auto st = impl_->SaveSandbox(*sb); !st) {
+        sb->rec.state = "suspended";
+        sb->busy_op.clear();
+        return tl::unexpected(st.error());
+      }
+    }
   }
   impl_->Enqueue([impl = impl_.get(), sb, op] { impl->RunTransition(sb, op); });
   return op;

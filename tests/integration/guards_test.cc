@@ -266,6 +266,24 @@ TEST(GuardsTest, MemoryAdmissionRefusesCreatesPastTheCommitWith507) {
   ASSERT_TRUE(c.DeleteSandboxAndWait(b, 30s));
   std::string again = CreateSandbox(c, body);
   EXPECT_FALSE(again.empty());
+  // A suspended sandbox commits nothing; waking it is admitted like a create.
+  auto sus = c.Call("POST", "/v1/sandboxes/" + a + "/suspend?wait=60s");
+  ASSERT_TRUE(sus) << sus.error().message;
+  std::string taker = CreateSandbox(c, body);
+  ASSERT_FALSE(taker.empty());
+  auto wake = c.Request("POST", "/v1/sandboxes/" + a + "/wake", "", "application/json");
+  ASSERT_TRUE(wake);
+  EXPECT_EQ(wake->status, 507) << wake->body;
+  EXPECT_NE(wake->body.find("max-memory-commit"), std::string::npos) << wake->body;
+  auto still = c.GetSandbox(a);
+  ASSERT_TRUE(still);
+  EXPECT_EQ(JsonStringOr(*still, "state", ""), "suspended");
+  ASSERT_TRUE(c.DeleteSandboxAndWait(taker, 30s));
+  auto woke = c.Call("POST", "/v1/sandboxes/" + a + "/wake?wait=60s");
+  ASSERT_TRUE(woke) << woke.error().message;
+  auto ran = c.Run(a, std::vector<std::string>{"echo", "awake"});
+  ASSERT_TRUE(ran) << ran.error().message;
+  EXPECT_EQ(ran->out, "awake\n");
 }
 
 TEST(GuardsTest, AnOomKillEndsTheCommandNotTheSandbox) {
