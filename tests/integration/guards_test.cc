@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <functional>
+
 #include "tests/integration/harness.h"
 
 namespace space::testing {
@@ -284,6 +286,60 @@ TEST(GuardsTest, MemoryAdmissionRefusesCreatesPastTheCommitWith507) {
   auto ran = c.Run(a, std::vector<std::string>{"echo", "awake"});
   ASSERT_TRUE(ran) << ran.error().message;
   EXPECT_EQ(ran->out, "awake\n");
+}
+
+// ---------------------------------------------------------------- retention
+
+TEST(GuardsTest, RetentionPrunesFinishedOutputByAgeAndBySize) {
+  SPACE_REQUIRE_SANDBOXES();
+  auto stdout_of = [](client::Client& c, const std::string& id, const std::string& cid) {
+    auto o = c.ReadOutput(id, cid, "stdout", 0);
+    return o ? o->bytes : std::string("<error: ") + o.error().message + ">";
+  };
+  auto wait_for = [](const std::function<bool()>& f) {
+    for (int i = 0; i < 300 && !f(); ++i) std::this_thread::sleep_for(100ms);
+    return f();
+  };
+  {
+    // By age: finished output older than a second goes; the record stays.
+    Daemon d({"--output-retention", "1"});
+    ASSERT_TRUE(d.Start());
+    auto& c = d.client();
+    std::string id = CreateSandbox(c);
+    ASSERT_FALSE(id.empty());
+    auto r = c.Run(id, std::vector<std::string>{"echo", "old output"});
+    ASSERT_TRUE(r) << r.error().message;
+    std::string cid = JsonStringOr(r->command, "id", "");
+    EXPECT_EQ(stdout_of(c, id, cid), "old output\n");
+    // A running command's output is never pruned.
+    auto live = c.StartCommand(id, Json{{"cmd", "echo live; sleep 600"}});
+    ASSERT_TRUE(live) << live.error().message;
+    std::string lid = JsonStringOr(*live, "id", "");
+    EXPECT_TRUE(wait_for([&] { return stdout_of(c, id, cid).empty(); })) << stdout_of(c, id, cid);
+    auto rec = c.GetCommand(id, cid);
+    ASSERT_TRUE(rec) << rec.error().message;
+    EXPECT_EQ(JsonStringOr(*rec, "state", ""), "exited");
+    EXPECT_EQ(stdout_of(c, id, lid), "live\n");
+  }
+  {
+    // By size: oldest first while the sandbox's stored output is over the budget.
+    Daemon d({"--output-retention-bytes", "150K"});
+    ASSERT_TRUE(d.Start());
+    auto& c = d.client();
+    std::string id = CreateSandbox(c);
+    ASSERT_FALSE(id.empty());
+    std::vector<std::string> cids;
+    for (int i = 0; i < 3; ++i) {
+      auto r = c.Run(id, Json{{"cmd", "head -c 100000 /dev/zero"}});
+      ASSERT_TRUE(r) << r.error().message;
+      cids.push_back(JsonStringOr(r->command, "id", ""));
+      std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_TRUE(wait_for([&] {
+      return stdout_of(c, id, cids[0]).empty() && stdout_of(c, id, cids[1]).empty();
+    }));
+    EXPECT_EQ(stdout_of(c, id, cids[2]).size(), 100000u);
+  }
 }
 
 TEST(GuardsTest, AnOomKillEndsTheCommandNotTheSandbox) {
