@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <regex>
+#include <sstream>
 
 #include "common/json.h"
 
@@ -222,9 +223,10 @@ class MicrovmTest : public ::testing::Test {
     ASSERT_NE(daemon_, nullptr);
   }
   client::Client& c() { return daemon_->client(); }
-  std::string Create(const Json& body = Json::object()) {
+  std::string Create(const Json& body = Json::object(), int64_t disk_bytes = 0) {
     Json b = body;
     b["limits"] = {{"memory_bytes", 256 << 20}};
+    if (disk_bytes > 0) b["limits"]["disk_bytes"] = disk_bytes;
     return CreateSandbox(c(), b);
   }
 
@@ -352,6 +354,31 @@ TEST_F(MicrovmTest, SuspendAndWakeKeepARunningCommand) {
   auto out = c().ReadOutput(id, cid, "stdout", 0);
   ASSERT_TRUE(out);
   EXPECT_EQ(out->bytes, "tick-0\ntick-1\ntick-2\ntick-3\ntick-4\ntick-5\n");
+  ASSERT_TRUE(c().DeleteSandboxAndWait(id, 60s));
+}
+
+// The guest's disk is limits.disk_bytes: filling it is ENOSPC inside, and the VM, its
+// agent and spaced go on (issue: resource guards).
+TEST_F(MicrovmTest, FillingTheDiskIsEnospcAndHarmsNothing) {
+  std::string id = Create(Json::object(), 96ll << 20);
+  ASSERT_FALSE(id.empty());
+  auto fill = c().Run(id, Json{{"cmd", "dd if=/dev/zero of=/root/fill bs=1M count=400 2>&1; echo rc=$?"}});
+  ASSERT_TRUE(fill) << fill.error().message;
+  EXPECT_NE(fill->out.find("No space left on device"), std::string::npos) << fill->out;
+  EXPECT_EQ(fill->out.find("rc=0"), std::string::npos) << fill->out;
+  auto df = c().Run(id, Json{{"cmd", "df -m / | tail -1"}});
+  ASSERT_TRUE(df);
+  // The filesystem is the image's size, not the host's.
+  std::istringstream in(df->out);
+  std::string dev;
+  int64_t total_mib = 0;
+  in >> dev >> total_mib;
+  EXPECT_GT(total_mib, 40) << df->out;
+  EXPECT_LE(total_mib, 96) << df->out;
+  auto again = c().Run(id, Json{{"cmd", "rm /root/fill && echo after > /root/x && cat /root/x"}});
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(again->out, "after\n");
+  ASSERT_TRUE(c().Health());
   ASSERT_TRUE(c().DeleteSandboxAndWait(id, 60s));
 }
 
