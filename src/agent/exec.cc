@@ -415,10 +415,16 @@ Result<StartedCommand> StartCommand(const ExecRequest& req) {
     // Everything else closes at exec; the status pipe stays usable until then.
     if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) MarkCloexecFallback();
     ::umask(022);
-    // The host may have shielded the agent from the OOM killer (oom_score_adj -999);
-    // commands are ordinary candidates again. Raising it needs no privilege.
-    if (int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); fd >= 0) {
-      (void)!::write(fd, "0", 1);
+    // The host shields the agent from the OOM killer (oom_score_adj -999): commands are
+    // ordinary candidates again. Where it could not (lowering needs CAP_SYS_RESOURCE, which
+    // some hosts withhold from root), commands are made likelier victims than the agent
+    // instead (500). Raising it needs no privilege.
+    if (int fd = ::open("/proc/self/oom_score_adj", O_RDWR | O_CLOEXEC); fd >= 0) {
+      char cur[16] = {0};
+      ssize_t n = ::read(fd, cur, sizeof cur - 1);
+      const char* want = n > 0 && cur[0] == '-' ? "0" : "500";
+      if (n > 0 && std::atoi(cur) >= 500) want = nullptr;
+      if (want) (void)!::pwrite(fd, want, std::strlen(want), 0);
       ::close(fd);
     }
     if (switch_user) {
