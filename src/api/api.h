@@ -29,6 +29,9 @@ struct ServerOptions {
   // Ports as URLs (docs/ports.md): a request whose Host is {port}-{sandbox_id}.{domain}
   // goes to that port inside the sandbox, never to the API.
   std::string sandbox_domain = "localhost";
+  // Browser origins ("https://host[:port]", exact) that may use POST /mcp besides loopback
+  // and the listen address (spaced --mcp-allow-origin).
+  std::vector<std::string> mcp_allowed_origins;
   int io_threads = 2;
   int blocking_threads = 16;
   size_t max_json_body = 1 << 20;

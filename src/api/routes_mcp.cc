@@ -53,10 +53,14 @@ bool IsLoopbackHost(std::string_view host) {
 // Browsers send Origin; other clients do not. An origin is allowed when it is on loopback
 // (a local tool, or a page served by spaced itself on loopback) or names exactly the
 // address spaced listens on; anything else (a web page elsewhere, a DNS-rebinding name,
-// "null") is refused: the spec requires it, as the defence against pages driving a local
+// "null") is refused unless the operator named it: the spec requires it, as the defence against pages driving a local
 // server from a user's browser.
 bool OriginAllowed(const Ctx& ctx, const std::string& origin) {
   if (origin.empty()) return true;
+  // Origins the operator allows (spaced --mcp-allow-origin), compared exactly.
+  for (const auto& o : ctx.opts->mcp_allowed_origins) {
+    if (origin == o) return true;
+  }
   size_t scheme = origin.find("://");
   if (scheme == std::string::npos) return false;
   std::string_view rest = std::string_view(origin).substr(scheme + 3);

@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
       builtin_templates = d;
   }
   std::vector<std::string> prepare_templates;
+  std::vector<std::string> mcp_origins;
   std::string sandbox_domain = "localhost";
   runtime::MicrovmOptions mvm;
   std::string guest_dir = sys::SelfExeDir() + "/../share/space/microvm";
@@ -157,6 +158,9 @@ int main(int argc, char** argv) {
   app.add_option("--prepare-template", prepare_templates,
                  "build (or import from the cache) this built-in template at start, its progress "
                  "in the log (repeatable: python, code-interpreter)");
+  app.add_option("--mcp-allow-origin", mcp_origins,
+                 "a browser origin (scheme://host[:port], exact) allowed to use POST /mcp besides "
+                 "loopback (repeatable)");
   app.add_option("--microvm-kernel", mvm.kernel, "microVM guest kernel (vmlinux)")->capture_default_str();
   app.add_option("--microvm-initrd", mvm.initrd, "microVM initramfs with space-agent")->capture_default_str();
   app.add_option("--microvm-accel", mvm.accel, "auto (probe KVM, else TCG), kvm or tcg")->capture_default_str();
@@ -409,6 +413,11 @@ int main(int argc, char** argv) {
   sopts.no_auth = no_auth;
   sopts.token_ttl_s = token_ttl_s;
   sopts.sandbox_domain = sandbox_domain;
+  for (const auto& o : mcp_origins) {
+    if (o.find("://") == std::string::npos || o.back() == '/')
+      return Fatal("--mcp-allow-origin", Error{Errc::kInvalidArgument, 0, "want scheme://host[:port], got " + o});
+  }
+  sopts.mcp_allowed_origins = mcp_origins;
   auto server = api::Server::Start(platform->get(), sopts);
   if (!server) return Fatal("listen", server.error());
   std::string host = address.find(':') != std::string::npos ? "[" + address + "]" : address;

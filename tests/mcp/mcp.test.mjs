@@ -303,7 +303,11 @@ describe('streamable HTTP: POST /mcp', () => {
     assert.equal(r.status, 200)
     r = await postMcp(ping, { Origin: 'http://127.0.0.1:8000' })
     assert.equal(r.status, 200)
-    for (const origin of ['https://evil.example', 'null', 'http://localhost.evil.example', 'http://127.0.0.1.evil.example']) {
+    // An origin the operator allowed (spaced --mcp-allow-origin), exactly.
+    r = await postMcp(ping, { Origin: 'https://tools.example.test' })
+    assert.equal(r.status, 200)
+    for (const origin of ['https://evil.example', 'null', 'http://localhost.evil.example', 'http://127.0.0.1.evil.example',
+                          'http://tools.example.test', 'https://tools.example.test:8443', 'https://x.tools.example.test']) {
       r = await postMcp(ping, { Origin: origin })
       assert.equal(r.status, 403, origin)
       assert.equal(r.json.error.code, -32600)

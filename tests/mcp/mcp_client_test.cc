@@ -24,7 +24,7 @@ TEST(McpClientTest, OfficialClientOverStdioAndHttp) {
   if (installed == NpmSuite::kOffline) GTEST_SKIP() << "npm ci cannot reach the registry:\n" << why;
   ASSERT_EQ(installed, NpmSuite::kReady) << "npm ci failed:\n" << why;
 
-  Daemon d;
+  Daemon d({"--mcp-allow-origin", "https://tools.example.test"});
   ASSERT_TRUE(d.Start());
   env.push_back("SPACE_URL=" + d.url());
   env.push_back("SPACE_API_KEY=" + d.api_key());
