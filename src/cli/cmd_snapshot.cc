@@ -118,16 +118,18 @@ int RunFork(Context& ctx, const ForkArgs& a) {
     wait.on_pending = [&, first = wait.on_pending](const Json& op) {
       first(op);
       std::vector<std::string> ids;
-      if (const Json* req = JsonField(op, "request"); req && req->contains("sandboxes")) {
-        for (const Json& i : (*req)["sandboxes"]) {
+      if (const Json* res = JsonField(op, "result"); res && res->contains("sandbox_ids")) {
+        for (const Json& i : (*res)["sandbox_ids"]) {
           if (i.is_string()) ids.push_back(i.get<std::string>());
         }
       }
       if (ids.empty()) return;
-      progress = std::make_unique<ProgressTicker>([cl, ids, id = a.id] {
+      // Its own client: the main thread's is busy in the operation's long poll.
+      auto own = std::make_shared<client::Client>(cl->url(), cl->api_key());
+      progress = std::make_unique<ProgressTicker>([own, ids, id = a.id] {
         size_t up = 0, failed = 0;
         for (const auto& i : ids) {
-          auto sb = cl->GetSandbox(i);
+          auto sb = own->GetSandbox(i);
           std::string state = sb ? JsonStringOr(*sb, "state", "") : "";
           up += state == "running";
           failed += state == "error";

@@ -790,7 +790,15 @@ Result<std::vector<store::SandboxRecord>> Platform::ListSandboxes(const SandboxF
 Result<store::SandboxRecord> Platform::GetSandbox(const std::string& id) {
   auto sb = impl_->Find(id);
   if (!sb) return Fail(Errc::kNotFound, "no sandbox " + id);
-  std::lock_guard l(sb->mu);
+  std::unique_lock l(sb->mu, std::try_to_lock);
+  if (!l.owns_lock()) {
+    // An operation holds it (a create waiting for its start command, a fork bringing up
+    // its children...): answer with the record as last committed rather than wait.
+    auto rec = impl_->store->GetSandbox(id);
+    if (!rec) return tl::unexpected(rec.error());
+    if (IsPoolMember(*rec)) return Fail(Errc::kNotFound, "no sandbox " + id);
+    return rec;
+  }
   if (IsPoolMember(sb->rec)) return Fail(Errc::kNotFound, "no sandbox " + id);
   return sb->rec;
 }

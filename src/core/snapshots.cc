@@ -203,6 +203,7 @@ Result<std::pair<store::OperationRecord, std::vector<store::SandboxRecord>>> Pla
     Json ids = Json::array();
     for (const auto& r : recs) ids.push_back(r.id);
     op.request = {{"count", count}, {"sandboxes", ids}};
+    op.result = {{"sandbox_ids", ids}};  // from the start, so clients can follow each fork
     SPACE_TRY(impl_->store->PutOperation(op));
     for (const auto& child : children) SPACE_TRY(impl_->store->PutSandbox(child->rec));
     sb->busy_op = op.id;

@@ -5,6 +5,8 @@
 
 #include <fstream>
 
+#include <regex>
+
 #include "tests/integration/harness.h"
 
 namespace space::testing {
@@ -198,6 +200,41 @@ TEST_F(CliTtyTest, LargeCopyShowsProgressOnTheTerminalOnly) {
   EXPECT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_EQ(plain.err, "");
   (void)c().Remove(id, "/root/big.bin");
+}
+
+TEST_F(CliTtyTest, ForkOfManyShowsProgressOnTheTerminal) {
+  // A template whose start command takes 3 s to be ready makes every fork take that long,
+  // so the fork is certain to outlast the CLI's first one-second wait.
+  Json build = {{"name", "slowstart"},
+                {"spec", "FROM base\nCMD exec sleep 100000\nHEALTHCHECK CMD sleep 3\n"}};
+  auto b = c().Request("POST", "/v1/templates?wait=120s", build.dump(), "application/json");
+  ASSERT_TRUE(b);
+  ASSERT_EQ(b->status, 201) << b->body;
+  std::string id = CreateSandbox(c(), {{"template", "slowstart"}});
+  ASSERT_FALSE(id.empty());
+  // On a terminal (script(1) gives it one), everything the CLI wrote: the progress line is
+  // redrawn in place and erased at the end, so a screen capture could miss it.
+  auto r = sys::Run({.argv = {"script", "-qec", SpaceLine("fork " + id + " --count 3"), "/dev/null"}},
+                    120000);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->exit_code, 0) << r->out;
+  EXPECT_NE(r->out.find("(fork)..."), std::string::npos) << r->out;
+  EXPECT_NE(r->out.find(" of 3 running"), std::string::npos) << r->out;
+  // The three new ids, one per line (the first right after the erased progress line).
+  std::regex id_line("sb-[a-z0-9]+\r?\n");
+  auto n = std::distance(std::sregex_iterator(r->out.begin(), r->out.end(), id_line),
+                         std::sregex_iterator());
+  EXPECT_EQ(n, 3) << r->out;
+  // Not a terminal: no progress at all.
+  auto plain = Space({"fork", id, "--count", "2"});
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.err, "");
+  if (auto list = c().ListSandboxes()) {
+    for (const auto& sb : *list) {
+      if (sb.value("id", "") != id) (void)c().DeleteSandboxAndWait(sb.value("id", ""), 30s);
+    }
+  }
+  (void)c().DeleteSandboxAndWait(id, 30s);
 }
 
 TEST_F(CliTtyTest, LogsFollowStreamsUntilTheCommandEnds) {
