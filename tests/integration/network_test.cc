@@ -465,6 +465,10 @@ TEST_F(GvisorNetworkTest, InternetByPolicyAcrossSuspendAndRestart) {
   std::this_thread::sleep_for(600ms);
   auto n2 = Run(id, "cat /tmp/n");
   EXPECT_GT(std::atoi(n2.out.c_str()), std::atoi(n1.out.c_str())) << "the loop did not survive";
+  // Running across a kill -9 of spaced: the namespace is adopted, the rules rebuilt.
+  daemon_->Kill();
+  ASSERT_TRUE(daemon_->Start());
+  ExpectPolicy(id, "gvisor-running-restart");
 
   // A live policy change reaches it like any sandbox.
   auto ok = c().Call("PUT", "/v1/sandboxes/" + id + "/network", Json{{"deny_out", {"203.0.113.0/24"}}});
