@@ -483,6 +483,33 @@ TEST_F(GvisorNetworkTest, InternetByPolicyAcrossSuspendAndRestart) {
   EXPECT_EQ(Sh("ls " + daemon_->data_dir() + "/runtime/gvisor/instances"), "");
 }
 
+// Ports by URL (docs/ports.md) are served from the sandbox's address, which gVisor's
+// netstack holds (as for a microVM); without network there is none to serve from.
+TEST_F(GvisorNetworkTest, PortsAreServedFromTheSandboxAddress) {
+  std::string id = CreateGvisor({{"mode", "internet"}});
+  ASSERT_FALSE(id.empty()) << daemon_->Log();
+  auto srv = c().StartCommand(id, {{"cmd", "mkdir -p /tmp/www && echo hello-from-gvisor > /tmp/www/index.html && "
+                                           "exec httpd -f -p 8080 -h /tmp/www"}});
+  ASSERT_TRUE(srv) << srv.error().message;
+  const std::string base = daemon_->url() + "/v1/sandboxes/" + id + "/ports/";
+  const std::string auth = " -H 'Authorization: Bearer " + daemon_->api_key() + "' ";
+  std::string out;
+  for (int i = 0; i < 50; ++i) {
+    out = Sh("curl -sS --max-time 5" + auth + base + "8080/index.html 2>&1");
+    if (out.find("hello-from-gvisor") != std::string::npos) break;
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_NE(out.find("hello-from-gvisor"), std::string::npos) << out;
+  out = Sh("curl -sS -o /dev/null -w '%{http_code}' --max-time 10" + auth + base + "8099/");
+  EXPECT_EQ(out, "502") << out;
+  Delete(id);
+  std::string none = CreateGvisor(nullptr);
+  ASSERT_FALSE(none.empty());
+  out = Sh("curl -sS --max-time 10" + auth + daemon_->url() + "/v1/sandboxes/" + none + "/ports/8080/ -w ' %{http_code}'");
+  EXPECT_NE(out.find("501"), std::string::npos) << out;
+  Delete(none);
+}
+
 TEST_F(GvisorNetworkTest, WithoutNetworkLoopbackOnly) {
   std::string id = CreateGvisor(nullptr);
   ASSERT_FALSE(id.empty()) << daemon_->Log();
