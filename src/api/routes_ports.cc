@@ -124,8 +124,8 @@ Awaitable<Connected> ConnectGuest(Ctx& ctx, const store::SandboxRecord& rec, int
     out.status = ec == beast::error::timeout ? 504 : 502;
     out.message = ec == asio::error::connection_refused
                       ? "nothing is listening on port " + std::to_string(port) + " in sandbox " + rec.id +
-                            " (connection refused on " + ip + "; in a microvm, services must listen on "
-                            "0.0.0.0 or the guest's address, not 127.0.0.1)"
+                            " (connection refused on " + ip + "; in a microvm or a gvisor sandbox, services must "
+                            "listen on 0.0.0.0 or the sandbox's address, not 127.0.0.1)"
                       : "cannot reach port " + std::to_string(port) + " in sandbox " + rec.id + ": " +
                             ec.message();
     co_return out;
@@ -142,6 +142,11 @@ Awaitable<Connected> ConnectUpstream(Ctx& ctx, const store::SandboxRecord& rec, 
   auto up = co_await ctx.Blocking([&] { return OpenUpstream(p, sb, AF_INET); });
   if (!up) {
     const Error& e = up.error();
+    // A runtime whose sandboxes have no namespace of theirs on the host but hold the
+    // sandbox's address themselves (gvisor's netstack) is reached at it, like a microVM.
+    const Json* n = JsonField(rec.spec, "net");
+    if (e.code == Errc::kUnavailable && n && !JsonStringOr(*n, "sandbox_ip", "").empty())
+      co_return co_await ConnectGuest(ctx, rec, port);
     out.status = e.code == Errc::kUnavailable ? 501 : HttpStatusFor(e.code);
     out.message = e.message;
     co_return out;

@@ -115,8 +115,12 @@ void Platform::Impl::ReconcileNetwork() {
       std::lock_guard l(sb->mu);
       const std::string& s = sb->rec.state;
       const Json* n = JsonField(sb->rec.spec, "net");
-      // A VM suspended with its processes keeps its network for its wake.
-      bool kept = n && s == "suspended" && StoredLink(*n) == net::Link::kTap;
+      // A sandbox suspended with its processes (a VM, gvisor's checkpoint) keeps its
+      // network for its wake: the same namespace, slot and address.
+      auto rt = runtimes.find(sb->rec.runtime);
+      bool kept = n && s == "suspended" &&
+                  (StoredLink(*n) == net::Link::kTap ||
+                   (rt != runtimes.end() && rt->second->Caps().suspend_keeps_processes));
       if (s != "running" && s != "paused" && !kept) continue;
       net::Policy p = LivePolicy(sb->rec, network.get());
       if (!p.internet() || !n) continue;

@@ -12,60 +12,109 @@
 namespace space::testing {
 namespace {
 
-TEST(E2bSdkTest, UnmodifiedSdkAgainstSpaced) {
-  SPACE_REQUIRE_SANDBOXES();
-  std::string node = Which("node"), npm = Which("npm");
-  if (node.empty() || npm.empty())
-    GTEST_SKIP() << "node and npm are needed (scripts/install-deps.sh installs them)";
-
-  // The SDK is installed in the build tree, keyed by the lock file: `npm ci` runs when the
-  // lock changes (or nothing is installed yet). Nothing of a developer's own E2B set-up may
-  // leak into the run.
-  const std::vector<std::string> base_env = EnvironWithout({"E2B_"});
-  const std::string work = BinDir() + "/../e2b-sdk";
+// Installs the SDK (once per lock file, in the build tree); "" when ready, else why to skip.
+// Nothing of a developer's own E2B set-up may leak into the run.
+std::string InstallSdk(std::string* node, std::string* work, std::vector<std::string>* base_env) {
+  *node = Which("node");
+  std::string npm = Which("npm");
+  if (node->empty() || npm.empty()) return "node and npm are needed (scripts/install-deps.sh installs them)";
+  *base_env = EnvironWithout({"E2B_"});
+  *work = BinDir() + "/../e2b-sdk";
   std::string why;
-  auto installed = InstallNpmSuite(npm, std::string(SPACE_SOURCE_DIR) + "/tests/e2b", work,
+  auto installed = InstallNpmSuite(npm, std::string(SPACE_SOURCE_DIR) + "/tests/e2b", *work,
                                    {"package.json", "package-lock.json", "e2b.test.mjs"},
-                                   "e2b/package.json", base_env, &why);
-  if (installed == NpmSuite::kOffline)
-    GTEST_SKIP() << "npm ci cannot reach the registry (offline?):\n" << why;
-  ASSERT_EQ(installed, NpmSuite::kReady) << "npm ci failed:\n" << why;
+                                   "e2b/package.json", *base_env, &why);
+  if (installed == NpmSuite::kOffline) return "npm ci cannot reach the registry (offline?):\n" + why;
+  EXPECT_EQ(installed, NpmSuite::kReady) << "npm ci failed:\n" << why;
+  return installed == NpmSuite::kReady ? "" : "npm ci failed";
+}
 
-  // The egress cases run against the fake internet (fakenet.h) when this host can make it.
-  auto tmp = sys::TempDir::Create("/tmp", "space-fakenet-");
-  ASSERT_TRUE(tmp);
-  std::unique_ptr<FakeNet> net;
-  std::string net_why;
-  if (Have("nft") && Have("dnsmasq") && Have("openssl")) {
-    net = std::make_unique<FakeNet>(tmp->path());
-    if (!net->Start(&net_why)) net.reset();
-  } else {
-    net_why = "needs nft, dnsmasq and openssl";
-  }
-  const std::string max_file_bytes = "8388608";
-  std::vector<std::string> args = {"--max-file-bytes", max_file_bytes};
-  if (net) args.insert(args.end(), {"--dns-upstream", "198.51.100.53", "--sandbox-subnet", "10.216.0.0/24"});
-  Daemon d(args);
-  ASSERT_TRUE(d.Start());
-  std::vector<std::string> env = base_env;
+// Runs e2b.test.mjs (the tests matching `pattern`, all if empty) against `d`.
+void RunSuite(Daemon& d, const std::string& node, const std::string& work, std::vector<std::string> env,
+              const std::string& pattern, const std::string& max_file_bytes, const std::string& fake_log) {
   env.push_back("E2B_API_URL=" + d.url());
   env.push_back("E2B_SANDBOX_URL=" + d.url());
   env.push_back("E2B_API_KEY=" + d.api_key());
   env.push_back("SPACE_MAX_FILE_BYTES=" + max_file_bytes);
-  if (net) {
-    env.push_back("SPACE_FAKE_INTERNET_LOG=" + tmp->path() + "/servers.log");
-  } else {
-    std::printf("egress cases skipped: no fake internet (%s)\n", net_why.c_str());
-  }
+  if (!fake_log.empty()) env.push_back("SPACE_FAKE_INTERNET_LOG=" + fake_log);
   sys::SpawnOptions o;
-  o.argv = {node, "--test", "--test-reporter=spec", "--test-concurrency=1", "e2b.test.mjs"};
+  o.argv = {node, "--test", "--test-reporter=spec", "--test-concurrency=1"};
+  if (!pattern.empty()) o.argv.push_back("--test-name-pattern=" + pattern);
+  o.argv.push_back("e2b.test.mjs");
   o.cwd = work;
   o.env = env;
   auto r = sys::Run(o, 12 * 60 * 1000);
   ASSERT_TRUE(r) << r.error().message;
   std::printf("%s\n", r->out.c_str());
-  EXPECT_TRUE(r->ok()) << "the E2B SDK suite failed (exit " << r->exit_code << "):\n"
-                       << r->out << r->err;
+  EXPECT_TRUE(r->ok()) << "the E2B SDK suite failed (exit " << r->exit_code << "):\n" << r->out << r->err;
+  // A pattern that matched nothing would pass with no test run.
+  EXPECT_EQ(r->out.find("\xe2\x84\xb9 pass 0\n"), std::string::npos) << r->out;  // "ℹ pass 0"
+}
+
+// The fake internet (fakenet.h) when this host can make it; null and why not otherwise.
+std::unique_ptr<FakeNet> StartFakeNet(const std::string& dir, std::string* why) {
+  if (!Have("nft") || !Have("dnsmasq") || !Have("openssl")) {
+    *why = "needs nft, dnsmasq and openssl";
+    return nullptr;
+  }
+  auto net = std::make_unique<FakeNet>(dir);
+  if (!net->Start(why)) return nullptr;
+  return net;
+}
+
+TEST(E2bSdkTest, UnmodifiedSdkAgainstSpaced) {
+  SPACE_REQUIRE_SANDBOXES();
+  std::string node, work;
+  std::vector<std::string> base_env;
+  if (std::string skip = InstallSdk(&node, &work, &base_env); !skip.empty()) {
+    if (HasFailure()) return;
+    GTEST_SKIP() << skip;
+  }
+  // The egress cases run against the fake internet (fakenet.h) when this host can make it.
+  auto tmp = sys::TempDir::Create("/tmp", "space-fakenet-");
+  ASSERT_TRUE(tmp);
+  std::string net_why;
+  std::unique_ptr<FakeNet> net = StartFakeNet(tmp->path(), &net_why);
+  const std::string max_file_bytes = "8388608";
+  std::vector<std::string> args = {"--max-file-bytes", max_file_bytes};
+  if (net) args.insert(args.end(), {"--dns-upstream", "198.51.100.53", "--sandbox-subnet", "10.216.0.0/24"});
+  Daemon d(args);
+  ASSERT_TRUE(d.Start());
+  if (!net) std::printf("egress cases skipped: no fake internet (%s)\n", net_why.c_str());
+  RunSuite(d, node, work, base_env, "", max_file_bytes, net ? tmp->path() + "/servers.log" : "");
+}
+
+// The same SDK on gVisor (spaced's default runtime the gvisor plugin; the E2B API names no
+// runtime): create, commands, files, pause and connect, and egress by policy through
+// gVisor's netstack. The other cases test spaced's E2B surface, which is the same here.
+TEST(E2bSdkTest, SdkOnGvisor) {
+  SPACE_REQUIRE_SANDBOXES();
+  if (!sys::Exists("/usr/bin/runsc")) GTEST_SKIP() << "runsc is not installed (make deps)";
+  std::string node, work;
+  std::vector<std::string> base_env;
+  if (std::string skip = InstallSdk(&node, &work, &base_env); !skip.empty()) {
+    if (HasFailure()) return;
+    GTEST_SKIP() << skip;
+  }
+  auto tmp = sys::TempDir::Create("/tmp", "space-fakenet-");
+  ASSERT_TRUE(tmp);
+  std::string net_why;
+  std::unique_ptr<FakeNet> net = StartFakeNet(tmp->path(), &net_why);
+  const std::string max_file_bytes = "8388608";
+  std::vector<std::string> args = {"--max-file-bytes", max_file_bytes, "--default-runtime", "gvisor"};
+  if (net) args.insert(args.end(), {"--dns-upstream", "198.51.100.53", "--sandbox-subnet", "10.217.0.0/24"});
+  Daemon d(args);
+  ASSERT_TRUE(d.Start());
+  if (!net) std::printf("egress cases skipped: no fake internet (%s)\n", net_why.c_str());
+  // E2B's create names no runtime: the sandboxes are the default runtime's.
+  std::string probe = CreateSandbox(d.client());
+  ASSERT_FALSE(probe.empty());
+  EXPECT_EQ(d.client().GetSandbox(probe)->value("runtime", ""), "gvisor");
+  ASSERT_TRUE(d.client().DeleteSandboxAndWait(probe, 60s));
+  RunSuite(d, node, work, base_env,
+           "^(create returns|commands\\.run in the foreground|a non-zero exit|background commands|"
+           "files: write and read|pause, then connect resumes|allowInternetAccess|network\\.denyOut)",
+           max_file_bytes, net ? tmp->path() + "/servers.log" : "");
 }
 
 }  // namespace

@@ -79,9 +79,42 @@ TEST(BackendsTest, GvisorPluginInsteadOfOci) {
   auto caps = c.GetSandbox(id);
   ASSERT_TRUE(caps);
   EXPECT_TRUE((*caps)["capabilities"].value("suspend_keeps_processes", false));
-  auto net = c.CreateSandbox(Json{{"network", {{"mode", "internet"}}}});
-  ASSERT_FALSE(net);  // what gVisor cannot do here is refused, not half-done
+  // Networking is announced (network_test's GvisorNetworkTest drives it against the fake
+  // internet); what it cannot do is listed.
+  auto runtimes = c.ListRuntimes();
+  ASSERT_TRUE(runtimes);
+  bool listed = false;
+  for (const auto& r : *runtimes) {
+    if (r.value("name", "") != "gvisor") continue;
+    listed = true;
+    EXPECT_TRUE(r["capabilities"].value("network", false)) << r.dump();
+    EXPECT_NE(r["limitations"].dump().find("ports"), std::string::npos) << r.dump();
+  }
+  EXPECT_TRUE(listed) << runtimes->dump();
   ASSERT_TRUE(c.DeleteSandboxAndWait(id, 60s));
+}
+
+// GET /v1/runtimes says whether each runtime can run here, and why not: microvm without
+// its guest kernel is listed unavailable, and creating on it fails with that reason.
+TEST(BackendsTest, RuntimesListSaysWhyMicrovmIsUnavailable) {
+  SPACE_REQUIRE_SANDBOXES();
+  Daemon d({"--microvm-kernel", "/nonexistent/vmlinux"});
+  ASSERT_TRUE(d.Start());
+  auto& c = d.client();
+  auto runtimes = c.ListRuntimes();
+  ASSERT_TRUE(runtimes);
+  Json microvm, oci;
+  for (const auto& r : *runtimes) {
+    if (r.value("name", "") == "microvm") microvm = r;
+    if (r.value("name", "") == "oci") oci = r;
+  }
+  ASSERT_TRUE(microvm.is_object()) << runtimes->dump();
+  EXPECT_FALSE(microvm.value("available", true)) << microvm.dump();
+  EXPECT_NE(microvm.value("why_not", "").find("/nonexistent/vmlinux"), std::string::npos) << microvm.dump();
+  EXPECT_TRUE(oci.value("available", false)) << oci.dump();
+  auto refused = c.CreateSandbox(Json{{"runtime", "microvm"}});
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("/nonexistent/vmlinux"), std::string::npos) << refused.error().message;
 }
 
 }  // namespace

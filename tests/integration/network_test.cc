@@ -373,6 +373,172 @@ TEST_F(NetworkTest, SecretsNeverEnterTheSandbox) {
   Delete(id);
 }
 
+// The gvisor runtime plugin (runsc's netstack on the namespace's veth): the same host side,
+// so the same policy; checked from inside the sandbox, since the namespace's own kernel view
+// no longer holds the address (runsc moved it into gVisor). Suspend (runsc checkpoint) and
+// wake (restore) keep the namespace and address, across a restart of spaced too.
+class GvisorNetworkTest : public NetworkTest {
+ protected:
+  void SetUp() override {
+    NetworkTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    if (!sys::Exists("/usr/bin/runsc")) GTEST_SKIP() << "runsc is not installed (make deps)";
+  }
+  std::string CreateGvisor(const Json& network) {
+    Json req{{"runtime", "gvisor"}};
+    if (!network.is_null()) req["network"] = network;
+    return CreateSandbox(c(), req);
+  }
+  // The allowed server answers; the denied one gets no byte; the proxy says why.
+  void ExpectPolicy(const std::string& id, const std::string& what) {
+    SCOPED_TRACE(what);
+    int allowed = net_->Count("203.0.113.10:80");
+    auto r = Run(id, kNoProxy + "wget -q -O - http://203.0.113.10/" + what);
+    EXPECT_NE(r.out.find("GET /" + what), std::string::npos) << r.out << r.err << daemon_->Log();
+    EXPECT_EQ(net_->Count("203.0.113.10:80"), allowed + 1);
+    int denied = net_->Count("203.0.113.66:80");
+    r = Run(id, kNoProxy + "wget -q -O - http://203.0.113.66/" + what + "; echo rc=$?");
+    EXPECT_NE(r.out.find("rc=1"), std::string::npos) << r.out << r.err;
+    r = Run(id, "wget -O - http://203.0.113.66/" + what + " 2>&1");
+    EXPECT_NE(r.out.find("403"), std::string::npos) << r.out;
+    EXPECT_EQ(net_->Count("203.0.113.66:80"), denied) << "a byte reached the denied server";
+  }
+};
+
+TEST_F(GvisorNetworkTest, InternetByPolicyAcrossSuspendAndRestart) {
+  std::string id = CreateGvisor({{"mode", "internet"}, {"deny_out", {"203.0.113.66/32"}}});
+  ASSERT_FALSE(id.empty()) << daemon_->Log();
+  auto sb = c().GetSandbox(id);
+  ASSERT_TRUE(sb);
+  EXPECT_EQ((*sb)["runtime"], "gvisor");
+  EXPECT_TRUE((*sb)["capabilities"].value("network", false));
+  const std::string ip = (*sb)["network"].value("sandbox_ip", "");
+  ASSERT_FALSE(ip.empty()) << sb->dump();
+  // gVisor's kernel, holding the sandbox's address, with spaced's resolver.
+  auto r = Run(id, "dmesg | head -1; ip -4 -o addr; ip route; cat /etc/resolv.conf");
+  EXPECT_NE(r.out.find("gVisor"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(ip + "/31"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("default via " + (*sb)["network"].value("gateway_ip", "?")), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nameserver " + (*sb)["network"].value("gateway_ip", "?")), std::string::npos) << r.out;
+  ExpectPolicy(id, "gvisor-first");
+  // By name, through spaced's DNS forwarder.
+  r = Run(id, kNoProxy + "wget -q -O - http://api.example.test/gvisor-byname");
+  EXPECT_NE(r.out.find("GET /gvisor-byname"), std::string::npos) << r.out << r.err;
+
+  if (!sys::Exists("/proc/net/nf_conntrack")) {
+    // The plugin cannot see the sandbox's TCP flows: suspend is refused, nothing is lost.
+    auto refused = c().TransitionAndWait(id, client::Transition::kSuspend);
+    ASSERT_FALSE(refused);
+    EXPECT_NE(refused.error().message.find("nf_conntrack"), std::string::npos) << refused.error().message;
+    EXPECT_EQ(c().GetSandbox(id)->value("state", ""), "running");
+    Delete(id);
+    GTEST_SKIP() << "no /proc/net/nf_conntrack here: suspend of networked gvisor sandboxes is refused";
+  }
+
+  // An open TCP connection cannot be checkpointed by this netstack (and a failed
+  // checkpoint would end the sandbox): suspend is refused, and the sandbox runs on.
+  auto held = c().StartCommand(id, {{"cmd", "sleep 30 | nc 203.0.113.10 2222"}});
+  ASSERT_TRUE(held) << held.error().message;
+  std::this_thread::sleep_for(1s);
+  EXPECT_FALSE(c().TransitionAndWait(id, client::Transition::kSuspend));
+  EXPECT_EQ(c().GetSandbox(id)->value("state", ""), "running") << daemon_->Log() << Sh("tail -c 3000 " + daemon_->data_dir() + "/runtime/gvisor/logs/" + id + ".log");
+  EXPECT_NE(daemon_->Log().find("TCP connection is open"), std::string::npos);
+  r = Run(id, "echo still-here");
+  EXPECT_EQ(r.out, "still-here\n") << r.err;
+  EXPECT_TRUE(c().Signal(id, (*held)["id"].get<std::string>(), "KILL"));
+
+  // Suspend keeps the processes (runsc checkpoint) and the namespace. It waits until the
+  // sandbox's closed connections have left TIME_WAIT (up to a minute here).
+  auto loop = c().StartCommand(id, {{"cmd", "i=0; while true; do i=$((i+1)); echo $i > /tmp/n; sleep 0.2; done"}});
+  ASSERT_TRUE(loop) << loop.error().message;
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(c().TransitionAndWait(id, client::Transition::kSuspend)) << daemon_->Log();
+  std::printf("gvisor suspend after TCP use: %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  EXPECT_TRUE(sys::Exists("/run/netns/space-" + tag() + "-" + id));
+  ASSERT_TRUE(c().TransitionAndWait(id, client::Transition::kWake)) << daemon_->Log();
+  EXPECT_EQ(c().GetSandbox(id)->at("network").value("sandbox_ip", ""), ip);
+
+  // Suspended again (no TCP since the wake: at once) across a kill -9 of spaced: the
+  // namespace and slot are still its own, and the policy holds after the wake.
+  t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(c().TransitionAndWait(id, client::Transition::kSuspend)) << daemon_->Log();
+  std::printf("gvisor suspend without TCP: %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  daemon_->Kill();
+  ASSERT_TRUE(daemon_->Start());
+  EXPECT_TRUE(sys::Exists("/run/netns/space-" + tag() + "-" + id)) << "recovery dropped a suspended sandbox's namespace";
+  ASSERT_TRUE(c().TransitionAndWait(id, client::Transition::kWake)) << daemon_->Log();
+  EXPECT_EQ(c().GetSandbox(id)->at("network").value("sandbox_ip", ""), ip);
+  ExpectPolicy(id, "gvisor-after-restart");
+  auto n1 = Run(id, "cat /tmp/n");
+  std::this_thread::sleep_for(600ms);
+  auto n2 = Run(id, "cat /tmp/n");
+  EXPECT_GT(std::atoi(n2.out.c_str()), std::atoi(n1.out.c_str())) << "the loop did not survive";
+  // Running across a kill -9 of spaced: the namespace is adopted, the rules rebuilt.
+  daemon_->Kill();
+  ASSERT_TRUE(daemon_->Start());
+  ExpectPolicy(id, "gvisor-running-restart");
+
+  // A live policy change reaches it like any sandbox.
+  auto ok = c().Call("PUT", "/v1/sandboxes/" + id + "/network", Json{{"deny_out", {"203.0.113.0/24"}}});
+  ASSERT_TRUE(ok) << ok.error().message;
+  int allowed = net_->Count("203.0.113.10:80");
+  r = Run(id, kNoProxy + "wget -q -O - http://203.0.113.10/now-denied; echo rc=$?");
+  EXPECT_NE(r.out.find("rc=1"), std::string::npos) << r.out;
+  EXPECT_EQ(net_->Count("203.0.113.10:80"), allowed);
+
+  Delete(id);
+  EXPECT_FALSE(sys::Exists("/run/netns/space-" + tag() + "-" + id));
+  EXPECT_EQ(Sh("ls " + daemon_->data_dir() + "/runtime/gvisor/instances"), "");
+}
+
+// Ports by URL (docs/ports.md) are served from the sandbox's address, which gVisor's
+// netstack holds (as for a microVM); without network there is none to serve from.
+TEST_F(GvisorNetworkTest, PortsAreServedFromTheSandboxAddress) {
+  std::string id = CreateGvisor({{"mode", "internet"}});
+  ASSERT_FALSE(id.empty()) << daemon_->Log();
+  auto srv = c().StartCommand(id, {{"cmd", "mkdir -p /tmp/www && echo hello-from-gvisor > /tmp/www/index.html && "
+                                           "exec httpd -f -p 8080 -h /tmp/www"}});
+  ASSERT_TRUE(srv) << srv.error().message;
+  const std::string base = daemon_->url() + "/v1/sandboxes/" + id + "/ports/";
+  const std::string auth = " -H 'Authorization: Bearer " + daemon_->api_key() + "' ";
+  std::string out;
+  for (int i = 0; i < 50; ++i) {
+    out = Sh("curl -sS --max-time 5" + auth + base + "8080/index.html 2>&1");
+    if (out.find("hello-from-gvisor") != std::string::npos) break;
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_NE(out.find("hello-from-gvisor"), std::string::npos) << out;
+  out = Sh("curl -sS -o /dev/null -w '%{http_code}' --max-time 10" + auth + base + "8099/");
+  EXPECT_EQ(out, "502") << out;
+  Delete(id);
+  std::string none = CreateGvisor(nullptr);
+  ASSERT_FALSE(none.empty());
+  out = Sh("curl -sS --max-time 10" + auth + daemon_->url() + "/v1/sandboxes/" + none + "/ports/8080/ -w ' %{http_code}'");
+  EXPECT_NE(out.find("501"), std::string::npos) << out;
+  Delete(none);
+}
+
+TEST_F(GvisorNetworkTest, WithoutNetworkLoopbackOnly) {
+  std::string id = CreateGvisor(nullptr);
+  ASSERT_FALSE(id.empty()) << daemon_->Log();
+  EXPECT_FALSE(sys::Exists("/run/netns/space-" + tag() + "-" + id));
+  int before = net_->Count("203.0.113.10:80");
+  auto r = Run(id, "nc -w 2 203.0.113.10 80 </dev/null; echo rc=$?; tail -n +3 /proc/net/dev | awk '{print $1}'; "
+                   "wget -q -O - http://127.0.0.1:1/ 2>&1; echo lo-rc=$?");
+  EXPECT_NE(r.out.find("rc=1"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("lo:"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("eth"), std::string::npos) << "a device besides loopback: " << r.out;
+  EXPECT_EQ(net_->Count("203.0.113.10:80"), before);
+  auto nc = c().StartCommand(id, {{"cmd", "echo over-loopback | nc -l -p 7000"}});
+  ASSERT_TRUE(nc);
+  std::this_thread::sleep_for(300ms);
+  r = Run(id, "nc 127.0.0.1 7000 </dev/null");
+  EXPECT_EQ(r.out, "over-loopback\n") << r.err;
+  Delete(id);
+}
+
 TEST_F(NetworkTest, BadInput) {
   for (const Json& n : {Json{{"mode", "wifi"}}, Json{{"allow_out", {"1.2.3.4/99"}}},
                         Json{{"deny_out", {"example.com"}}}, Json("internet"),

@@ -151,6 +151,15 @@ class MicrovmRuntime final : public Runtime {
   std::string_view Name() const override { return "microvm"; }
 
   Capabilities Caps() const override;
+  // Unavailable when Init found no guest kernel, initramfs or QEMU (GET /v1/runtimes).
+  RuntimeDescription Describe() const override {
+    RuntimeDescription d;
+    if (!unavailable_.empty()) {
+      d.available = false;
+      d.why_not = unavailable_;
+    }
+    return d;
+  }
 
   std::string AgentSocketPath(const std::string& id) const override { return VmDir(id) + "/agent.sock"; }
 
