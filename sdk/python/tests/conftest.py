@@ -7,6 +7,7 @@ import time
 import uuid
 from typing import Callable, List
 
+import httpx
 import pytest
 
 from space_sandbox import Sandbox
@@ -56,6 +57,36 @@ def make_sandbox():
 def sb(make_sandbox) -> Sandbox:
     """One sandbox shared by a module's tests."""
     return make_sandbox(metadata={"role": "shared"}, envs={"GREETING": "hello from envs"})
+
+
+CODE_TEMPLATE = "code-interpreter"
+
+
+@pytest.fixture(scope="session")
+def code_template() -> str:
+    """The built-in ``code-interpreter`` template, ensured once per session: spaced imports
+    it from the shared template cache (about a minute for a fresh data dir) or builds it
+    from Debian on a machine that has none (bounded at 25 minutes)."""
+    url, key = os.environ["SPACE_URL"], os.environ["SPACE_API_KEY"]
+    deadline = time.monotonic() + 1500
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, trust_env=False,
+                      timeout=httpx.Timeout(420.0, connect=10.0)) as c:
+        r = c.post("/v1/templates", params={"wait": "300s"}, json={"builtin": CODE_TEMPLATE})
+        if r.status_code == 202:
+            op = r.json()["operation"]
+            while op.get("state") not in ("succeeded", "failed"):
+                assert time.monotonic() < deadline, f"building {CODE_TEMPLATE} took too long: {op}"
+                op = c.get(f"/v1/operations/{op['id']}", params={"wait": "60s"}).json()
+            assert op["state"] == "succeeded", op
+        else:
+            assert r.status_code == 201, (r.status_code, r.text)
+    return CODE_TEMPLATE
+
+
+@pytest.fixture(scope="module")
+def code_sb(make_sandbox, code_template) -> Sandbox:
+    """One code-interpreter sandbox shared by a module's tests."""
+    return make_sandbox(template=code_template, metadata={"role": "code"})
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,13 @@ from .exceptions import (
     UnavailableException,
 )
 from .models import (
+    CodeContext,
+    Context,
+    Execution,
+    ExecutionError,
+    Logs,
+    OutputMessage,
+    Result,
     CommandInfo,
     CommandResult,
     EntryInfo,
@@ -54,4 +61,5 @@ __all__ = [
     "NotFoundException", "OutputChunk", "PermissionDeniedException", "RateLimitException",
     "Sandbox", "SandboxException", "SandboxInfo", "SnapshotInfo", "TimeoutException",
     "TooLargeException", "UnavailableException", "WriteInfo",
+    "CodeContext", "Context", "Execution", "ExecutionError", "Logs", "OutputMessage", "Result",
 ]

@@ -18,6 +18,7 @@ from .exceptions import (
     AuthenticationException,
     RateLimitException,
     SandboxException,
+    UnavailableException,
     exception_for_status,
 )
 
@@ -417,6 +418,191 @@ def output_chunk(status_headers: Mapping[str, str], body: bytes, offset: int) ->
         state=status_headers.get("space-command-state", ""),
         exit_code=int(ec) if ec not in (None, "") else None,
     )
+
+
+
+# -------------------------------------------------------------------- code cells
+
+# E2B's default for run_code: a cell is interrupted after 300 s unless told otherwise.
+DEFAULT_CODE_TIMEOUT_S = 300.0
+# How long one request holds a cell open (?wait=) before the SDK asks again.
+CODE_WAIT_S = 60
+# A cell stream idles at most 15 s (spaced's keepalive); this long without a byte means the
+# connection is dead, and the stream is resumed.
+CODE_STREAM_IDLE_S = 60.0
+
+
+def code_path(sandbox_id: str) -> str:
+    return sandbox_path(sandbox_id) + "/code"
+
+
+def context_id_of(context: Any) -> str:
+    """A context argument: a :class:`CodeContext` (anything with an ``id``) or its id."""
+    cid = context if isinstance(context, str) else getattr(context, "id", None)
+    if not isinstance(cid, str) or not cid:
+        raise TypeError("context must be a CodeContext or a context id (str)")
+    return cid
+
+
+def code_body(code: str, language: Optional[str], context: Any, timeout: Optional[float],
+              envs: Optional[Mapping[str, str]]) -> Dict[str, Any]:
+    """The ``POST …/code`` body. Without ``context`` the cell runs in the language's default
+    context (as in E2B: state is kept between such calls); ``timeout`` ``None`` is E2B's
+    300 s, ``0`` no limit."""
+    if not isinstance(code, str):
+        raise TypeError("code must be a str")
+    if language is not None and context is not None:
+        raise ValueError("give context or language, not both (a context has its language)")
+    body: Dict[str, Any] = {"code": code}
+    if context is not None:
+        body["context"] = context_id_of(context)
+    else:
+        body["language"] = language or "python"
+        body["context"] = "default"
+    if timeout is None:
+        timeout = DEFAULT_CODE_TIMEOUT_S
+    if timeout:
+        body["timeout_ms"] = max(1, int(round(float(timeout) * 1000)))
+    if envs:
+        body["env"] = dict(envs)
+    return body
+
+
+def run_code_request(sandbox_id: str, body: Dict[str, Any], stream: bool) -> Request:
+    """Runs a cell: streamed (NDJSON events, ?stream=1), or held up to CODE_WAIT_S and then
+    followed with :func:`execution_request`."""
+    if stream:
+        return Request("POST", code_path(sandbox_id), params=[("stream", "1")], json=body,
+                       headers={"Accept": "application/x-ndjson"}, timeout=CODE_STREAM_IDLE_S)
+    return Request("POST", code_path(sandbox_id), params=[wait_param(CODE_WAIT_S)], json=body,
+                   timeout=CODE_WAIT_S + REQUEST_SLACK_S)
+
+
+def execution_request(sandbox_id: str, cell_id: str, wait: Optional[float] = CODE_WAIT_S,
+                      stream: bool = False) -> Request:
+    """A cell's execution as stored (``wait``: until it ends, up to that many seconds), or
+    with ``stream`` all its events again from the first."""
+    path = code_path(sandbox_id) + "/" + seg(cell_id)
+    if stream:
+        return Request("GET", path, params=[("stream", "1")], timeout=CODE_STREAM_IDLE_S)
+    params = [wait_param(wait)] if wait else []
+    return Request("GET", path, params=params, timeout=(wait or 0) + REQUEST_SLACK_S)
+
+
+def interrupt_cell_request(sandbox_id: str, cell_id: str) -> Request:
+    return Request("POST", code_path(sandbox_id) + "/" + seg(cell_id) + "/interrupt", timeout=15.0)
+
+
+def contexts_request(sandbox_id: str, method: str, context: Any = None, action: str = "",
+                     body: Any = None) -> Request:
+    """``…/code/contexts`` (list, create) or ``…/contexts/{ctx}[/action]``."""
+    path = code_path(sandbox_id) + "/contexts"
+    if context is not None:
+        path += "/" + seg(context_id_of(context))
+    if action:
+        path += "/" + action
+    return Request(method, path, json=body, timeout=90.0)
+
+
+def context_body(language: Optional[str], cwd: Optional[str]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"language": language or "python"}
+    if cwd:
+        body["cwd"] = cwd
+    return body
+
+
+def _nanos(ts: Any) -> int:
+    """An event's ISO 8601 timestamp as Unix nanoseconds (E2B's OutputMessage.timestamp)."""
+    from .models import parse_time
+
+    try:
+        t = parse_time(ts)
+    except ValueError:
+        return 0
+    return int(t.timestamp() * 1_000_000_000) if t else 0
+
+
+class CellStream:
+    """Folds a cell's NDJSON event stream (``?stream=1``) into an :class:`Execution` and
+    says which callbacks each event calls, as ``(name, argument)`` pairs: ``on_stdout`` and
+    ``on_stderr`` get an :class:`OutputMessage`, ``on_result`` a :class:`Result`,
+    ``on_error`` an :class:`ExecutionError`. The stream's last line, spaced's folded
+    execution, is the answer (so an error only spaced saw, a failed runner, is reported).
+    A dropped stream is read again from its start: :meth:`resume` skips the events already
+    handed out."""
+
+    def __init__(self) -> None:
+        from .models import Execution
+
+        self.execution = Execution(state="running")
+        self.final: Optional[Any] = None
+        self.cell_id = ""
+        self._buf = bytearray()
+        self._seen = 0
+        self._skip = 0
+        self._error_sent = False
+
+    def resume(self) -> None:
+        self._buf.clear()
+        self._skip = self._seen
+
+    def feed(self, data: bytes) -> List[Tuple[str, Any]]:
+        self._buf += data
+        out: List[Tuple[str, Any]] = []
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl < 0:
+                return out
+            line = bytes(self._buf[:nl])
+            del self._buf[: nl + 1]
+            out += self._event(line)
+
+    def _event(self, line: bytes) -> List[Tuple[str, Any]]:
+        from .models import Execution, ExecutionError, OutputMessage, Result
+
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            return []
+        if not isinstance(ev, dict) or ev.get("type") in (None, "keepalive"):
+            return []
+        kind = ev["type"]
+        if kind == "execution":
+            self.final = Execution.from_json(ev)
+            if self.final.error is not None and not self._error_sent:
+                self._error_sent = True
+                return [("on_error", self.final.error)]
+            return []
+        if self._skip:
+            self._skip -= 1
+            return []
+        self._seen += 1
+        ex = self.execution
+        if kind in ("stdout", "stderr"):
+            text = ev.get("text", "") or ""
+            (ex.logs.stdout if kind == "stdout" else ex.logs.stderr).append(text)
+            return [("on_" + kind, OutputMessage(text, _nanos(ev.get("timestamp")), kind == "stderr"))]
+        if kind == "result":
+            r = Result.from_json(ev)
+            ex.results.append(r)
+            return [("on_result", r)]
+        if kind == "error":
+            ex.error = ExecutionError(ev.get("name", "") or "", ev.get("value", "") or "",
+                                      ev.get("traceback", "") or "")
+            self._error_sent = True
+            return [("on_error", ex.error)]
+        if kind == "number_of_executions":
+            ex.execution_count = ev.get("execution_count")
+        elif kind == "context":
+            ex.context_id = ev.get("id") or None
+            ex.language = ev.get("language") or None
+        return []
+
+    def result(self) -> Any:
+        """The execution: spaced's folded one (its last line), else what was streamed."""
+        if self.final is not None:
+            return self.final
+        raise UnavailableException(f"the event stream of cell {self.cell_id} ended before its end")
 
 
 Callback = Callable[[str], Any]

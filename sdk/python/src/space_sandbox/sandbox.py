@@ -8,6 +8,7 @@ import time
 from typing import IO, Any, Dict, Iterator, List, Literal, Mapping, Optional, Union, overload
 
 from . import _api
+from ._code import CodeMixin
 from ._api import EXIT, STDERR, STDOUT, Callback, ConnectionConfig, MuxParser, OutputCollector
 from ._transport import SyncTransport
 from .exceptions import (
@@ -394,7 +395,7 @@ class Files:
         return True
 
 
-class Sandbox:
+class Sandbox(CodeMixin):
     """A SPACE sandbox. Make one with :meth:`create` or :meth:`connect`; as a context manager
     it is killed when the block ends.
 

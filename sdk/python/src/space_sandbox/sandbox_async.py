@@ -11,6 +11,7 @@ import time
 from typing import IO, Any, AsyncIterator, Dict, List, Literal, Mapping, Optional, Union, overload
 
 from . import _api
+from ._code import AsyncCodeMixin
 from ._api import EXIT, STDERR, STDOUT, Callback, ConnectionConfig, MuxParser, OutputCollector
 from ._transport import AsyncTransport
 from .exceptions import (
@@ -357,7 +358,7 @@ class AsyncFiles:
         return True
 
 
-class AsyncSandbox:
+class AsyncSandbox(AsyncCodeMixin):
     """A SPACE sandbox for asyncio code; ``async with`` kills it when the block ends.
 
     >>> async with await AsyncSandbox.create() as sb:
