@@ -92,7 +92,7 @@ std::string MakeInitrd(const std::string& dir, const std::string& script) {
 
 // ---------------------------------------------------------------- both runtimes
 
-// A subset of the sandbox API checks, run against oci and microvm alike.
+// A subset of the sandbox API checks, run against oci, microvm and gvisor alike.
 class BothRuntimes : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
@@ -201,7 +201,8 @@ TEST_P(BothRuntimes, SnapshotStartsANewSandbox) {
   EXPECT_TRUE(del) << del.error().message;
 }
 
-INSTANTIATE_TEST_SUITE_P(Runtimes, BothRuntimes, ::testing::Values("oci", "microvm"),
+// gvisor: the shipped runtime plugin (plugins/runtime/gvisor), through the same checks.
+INSTANTIATE_TEST_SUITE_P(Runtimes, BothRuntimes, ::testing::Values("oci", "microvm", "gvisor"),
                          [](const auto& info) { return info.param; });
 
 // ---------------------------------------------------------------- microvm only
