@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <optional>
 
 #include <spdlog/spdlog.h>
 
@@ -31,7 +32,89 @@ struct Pending {
   int64_t deadline_ns = 0;
 };
 
+void RecordDns(SandboxNet& sb, const dns::Question& q, bool allowed, std::string reason) {
+  DecisionRecord r;
+  r.time_ms = NowUnixMillis();
+  r.proto = "dns";
+  r.destination = q.name;
+  r.name = q.name;
+  r.port = 53;
+  r.allowed = allowed;
+  r.reason = std::move(reason);
+  sb.Record(std::move(r));
+}
+
 }  // namespace
+
+std::optional<std::string> JudgeDnsQuery(SandboxNet& sb, const std::string& msg, const dns::Question& q) {
+  bool allowed;
+  {
+    std::lock_guard l(sb.mu);
+    allowed = sb.policy.AllowsName(q.name);
+  }
+  if (!allowed) {
+    RecordDns(sb, q, false, "name not in allow_out");
+    return dns::MakeEmptyReply(msg, q, dns::kRcodeNxDomain);
+  }
+  if (q.qtype == dns::kTypeAAAA) return dns::MakeEmptyReply(msg, q, dns::kRcodeNoError);
+  if (q.qclass != 1 || (q.qtype != dns::kTypeA && q.qtype != 5 /*CNAME*/ && q.qtype != 16 /*TXT*/ &&
+                        q.qtype != 15 /*MX*/ && q.qtype != 33 /*SRV*/ && q.qtype != 12 /*PTR*/))
+    return dns::MakeEmptyReply(msg, q, dns::kRcodeRefused);
+  return std::nullopt;
+}
+
+std::string CheckDnsAnswer(Shared& shared, SandboxNet& sb, const std::string& query,
+                           const dns::Question& q, std::string answer) {
+  auto a = dns::ParseAnswer(answer);
+  if (!a) return dns::MakeEmptyReply(query, q, dns::kRcodeServFail);
+  for (uint32_t ip : a->a) {
+    if (!shared.Reachable(ip)) {
+      RecordDns(sb, q, false, "answer points into the always-denied set");
+      return dns::MakeEmptyReply(query, q, dns::kRcodeNxDomain);
+    }
+  }
+  if (!a->a.empty()) shared.CacheAnswer(q.name, a->a, a->min_ttl);
+  dns::SetId(answer, q.id);
+  return answer;
+}
+
+std::string AnswerDnsQueryBlocking(Shared& shared, SandboxNet& sb, const std::string& msg) {
+  auto q = dns::ParseQuery(msg);
+  if (!q) return "";
+  if (auto now = JudgeDnsQuery(sb, msg, *q)) return *now;
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return dns::MakeEmptyReply(msg, *q, dns::kRcodeServFail);
+  sockaddr_in up{};
+  up.sin_family = AF_INET;
+  up.sin_port = htons(shared.upstream.port);
+  up.sin_addr.s_addr = htonl(shared.upstream.addr);
+  uint16_t id;
+  randombytes_buf(&id, sizeof id);
+  std::string out = msg;
+  dns::SetId(out, id);
+  std::string reply;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&up), sizeof up) == 0 &&
+      ::send(fd, out.data(), out.size(), 0) == static_cast<ssize_t>(out.size())) {
+    const int64_t deadline = MonotonicNanos() + int64_t{kUpstreamTimeoutMs} * 1000000;
+    char buf[65536];
+    for (;;) {
+      int left = static_cast<int>((deadline - MonotonicNanos()) / 1000000);
+      if (left <= 0) break;
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, left) <= 0) break;
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      auto a = dns::ParseAnswer(std::string_view(buf, static_cast<size_t>(n)));
+      if (a && a->id == id) {
+        reply.assign(buf, static_cast<size_t>(n));
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  if (reply.empty()) return dns::MakeEmptyReply(msg, *q, dns::kRcodeServFail);
+  return CheckDnsAnswer(shared, sb, msg, *q, std::move(reply));
+}
 
 DnsForwarder::~DnsForwarder() {
   if (wake_[1] >= 0) (void)!::write(wake_[1], "x", 1);
@@ -70,17 +153,6 @@ void DnsForwarder::Loop() {
   auto reply = [&](const sockaddr_in& to, const std::string& msg) {
     ::sendto(fd_, msg.data(), msg.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to);
   };
-  auto record = [&](SandboxNet& sb, const dns::Question& q, bool allowed, std::string reason) {
-    DecisionRecord r;
-    r.time_ms = NowUnixMillis();
-    r.proto = "dns";
-    r.destination = q.name;
-    r.name = q.name;
-    r.port = 53;
-    r.allowed = allowed;
-    r.reason = std::move(reason);
-    sb.Record(std::move(r));
-  };
   for (;;) {
     int timeout = 1000;
     pollfd p[3] = {{fd_, POLLIN, 0}, {upstream_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
@@ -105,20 +177,8 @@ void DnsForwarder::Loop() {
         auto sb = shared_->ByAddr(ntohl(from.sin_addr.s_addr));
         auto q = dns::ParseQuery(msg);
         if (sb && q) {
-          bool allowed;
-          {
-            std::lock_guard l(sb->mu);
-            allowed = sb->policy.AllowsName(q->name);
-          }
-          if (!allowed) {
-            record(*sb, *q, false, "name not in allow_out");
-            reply(from, dns::MakeEmptyReply(msg, *q, dns::kRcodeNxDomain));
-          } else if (q->qtype == dns::kTypeAAAA) {
-            reply(from, dns::MakeEmptyReply(msg, *q, dns::kRcodeNoError));
-          } else if (q->qclass != 1 || (q->qtype != dns::kTypeA && q->qtype != 5 /*CNAME*/ &&
-                                         q->qtype != 16 /*TXT*/ && q->qtype != 15 /*MX*/ &&
-                                         q->qtype != 33 /*SRV*/ && q->qtype != 12 /*PTR*/)) {
-            reply(from, dns::MakeEmptyReply(msg, *q, dns::kRcodeRefused));
+          if (auto direct = JudgeDnsQuery(*sb, msg, *q)) {
+            reply(from, *direct);
           } else if (pending.size() >= kMaxPending) {
             reply(from, dns::MakeEmptyReply(msg, *q, dns::kRcodeServFail));
           } else {
@@ -147,17 +207,7 @@ void DnsForwarder::Loop() {
         if (it == pending.end()) continue;
         Pending pend = std::move(it->second);
         pending.erase(it);
-        bool rebinding = false;
-        for (uint32_t ip : a->a) {
-          if (!shared_->Reachable(ip)) rebinding = true;
-        }
-        if (rebinding) {
-          record(*pend.sb, pend.q, false, "answer points into the always-denied set");
-          reply(pend.client, dns::MakeEmptyReply(pend.query, pend.q, dns::kRcodeNxDomain));
-          continue;
-        }
-        if (!a->a.empty()) shared_->CacheAnswer(pend.q.name, a->a, a->min_ttl);
-        dns::SetId(msg, pend.q.id);
+        msg = CheckDnsAnswer(*shared_, *pend.sb, pend.query, pend.q, std::move(msg));
         reply(pend.client, msg);
       }
     }

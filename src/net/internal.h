@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 #include <shared_mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -121,6 +122,18 @@ class Proxy {
   int ports_[3] = {0, 0, 0};
   std::vector<std::thread> threads_;
 };
+
+// DNS under a sandbox's policy (dns_forwarder.cc), shared by the UDP forwarder and DNS over
+// TCP (proxy.cc). JudgeDnsQuery: the reply when the query is answered without asking
+// upstream (a name the policy refuses, AAAA, a type we do not relay); nullopt to forward.
+// CheckDnsAnswer: upstream's answer as the sandbox may see it (rebinding -> NXDOMAIN), with
+// the client's id. AnswerDnsQueryBlocking: both, asking upstream over UDP (3 s); "" for a
+// message that is no query.
+std::optional<std::string> JudgeDnsQuery(SandboxNet& sb, const std::string& msg,
+                                         const dns::Question& q);
+std::string CheckDnsAnswer(Shared& shared, SandboxNet& sb, const std::string& query,
+                           const dns::Question& q, std::string answer);
+std::string AnswerDnsQueryBlocking(Shared& shared, SandboxNet& sb, const std::string& msg);
 
 // The DNS forwarder: answers sandboxes' queries under their policy.
 class DnsForwarder {

@@ -19,6 +19,7 @@
 
 #include "net/internal.h"
 #include "net/sniff.h"
+#include "sys/sys.h"
 
 namespace space::net {
 namespace {
@@ -156,6 +157,37 @@ uint64_t Pump(int from, int to) {
 
 // Copies bytes both ways until both directions are closed (or the flow is cut: Recheck
 // shuts the sockets down, which ends both splices).
+// RFC 7766 framing: a two-byte length before each message. At most 32 queries per
+// connection, each read within 10 s.
+void ServeDnsOverTcp(Shared& shared, SandboxNet& sb, int fd) {
+  auto read_all = [fd](char* p, size_t n) {
+    while (n > 0) {
+      pollfd pf{fd, POLLIN, 0};
+      if (::poll(&pf, 1, 10000) <= 0) return false;
+      ssize_t r = ::recv(fd, p, n, 0);
+      if (r <= 0) return false;
+      p += r;
+      n -= static_cast<size_t>(r);
+    }
+    return true;
+  };
+  for (int i = 0; i < 32; ++i) {
+    unsigned char len[2];
+    if (!read_all(reinterpret_cast<char*>(len), 2)) return;
+    size_t n = (size_t{len[0]} << 8) | len[1];
+    if (n < 12) return;
+    std::string msg(n, '\0');
+    if (!read_all(msg.data(), n)) return;
+    std::string reply = AnswerDnsQueryBlocking(shared, sb, msg);
+    if (reply.empty() || reply.size() > 65535) return;
+    std::string framed;
+    framed.push_back(static_cast<char>(reply.size() >> 8));
+    framed.push_back(static_cast<char>(reply.size() & 0xff));
+    framed += reply;
+    if (!sys::WriteAll(fd, framed)) return;
+  }
+}
+
 void Relay(Flow& f, uint64_t* out, uint64_t* in) {
   std::thread down([&] { *in = Pump(f.upstream_fd, f.client_fd); });
   *out += Pump(f.client_fd, f.upstream_fd);
@@ -235,6 +267,13 @@ void Proxy::Serve(Kind kind, int client_fd) {
   rec.destination = Ipv4ToString(dst);
   rec.port = port;
   rec.proto = kind == kHttp ? "http" : kind == kTls ? "tls" : "tcp";
+
+  // DNS over TCP, to whatever server (every TCP port is redirected here): answered under
+  // the same rules as over UDP, never relayed as a flow.
+  if (kind == kOther && port == 53) {
+    ServeDnsOverTcp(*shared_, *sb, client_fd);
+    return;
+  }
 
   // The explicit proxy (HTTP_PROXY) lives on the gateway's port 3128.
   bool explicit_proxy = kind == kOther && dst == sb->gateway && port == kExplicitPort;

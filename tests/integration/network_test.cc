@@ -235,6 +235,33 @@ TEST_F(NetworkTest, DomainAllowlistByHostSniAndDns) {
   // AAAA answers are empty (no IPv6), and quickly.
   r = Run(id, "nslookup -type=AAAA api.example.test 2>&1; echo rc=$?");
   EXPECT_EQ(r.out.find("has AAAA"), std::string::npos) << r.out;
+  // DNS over TCP (RFC 7766 framing, to whatever server): the same answers and refusals,
+  // several queries on one connection, none of the refused ones upstream.
+  {
+    auto tmp = sys::TempDir::Create("/tmp", "space-dnstcp-");
+    ASSERT_TRUE(tmp);
+    const std::string script = tmp->path() + "/q.py";
+    ASSERT_TRUE(sys::WriteFileAtomic(script, R"(import socket, struct, sys
+def query(name, qtype=1):
+    head = struct.pack(">HHHHHH", 0x4242, 0x0100, 1, 0, 0, 0)
+    body = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+    return head + body + struct.pack(">HH", qtype, 1)
+s = socket.create_connection((sys.argv[1], 53), timeout=10)
+for name in sys.argv[2:]:
+    m = query(name)
+    s.sendall(struct.pack(">H", len(m)) + m)
+    n = struct.unpack(">H", s.recv(2, socket.MSG_WAITALL))[0]
+    r = s.recv(n, socket.MSG_WAITALL)
+    rcode, answers = r[3] & 15, struct.unpack(">H", r[6:8])[0]
+    print(name, rcode, socket.inet_ntoa(r[-4:]) if rcode == 0 and answers else "-", hex(struct.unpack(">H", r[0:2])[0]))
+)"));
+    std::string before = net_->DnsLog();
+    std::string out = InNetns(id, "/usr/bin/python3 " + script +
+                                      " 198.51.100.53 api.example.test tcp-secret.evil.example.test 2>&1");
+    EXPECT_NE(out.find("api.example.test 0 203.0.113.10 0x4242"), std::string::npos) << out;
+    EXPECT_NE(out.find("tcp-secret.evil.example.test 3 - 0x4242"), std::string::npos) << out;
+    EXPECT_EQ(net_->DnsLog().find("tcp-secret"), std::string::npos) << "the query reached upstream";
+  }
   Delete(id);
 
   // Wildcards and presets: *.cdn.example.test is below the name only.
