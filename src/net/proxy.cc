@@ -155,8 +155,6 @@ uint64_t Pump(int from, int to) {
   return total;
 }
 
-// Copies bytes both ways until both directions are closed (or the flow is cut: Recheck
-// shuts the sockets down, which ends both splices).
 // RFC 7766 framing: a two-byte length before each message. At most 32 queries per
 // connection, each read within 10 s.
 void ServeDnsOverTcp(Shared& shared, SandboxNet& sb, int fd) {
@@ -188,6 +186,8 @@ void ServeDnsOverTcp(Shared& shared, SandboxNet& sb, int fd) {
   }
 }
 
+// Copies bytes both ways until both directions are closed (or the flow is cut: Recheck
+// shuts the sockets down, which ends both splices).
 void Relay(Flow& f, uint64_t* out, uint64_t* in) {
   std::thread down([&] { *in = Pump(f.upstream_fd, f.client_fd); });
   *out += Pump(f.client_fd, f.upstream_fd);
