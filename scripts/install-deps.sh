@@ -15,12 +15,15 @@ PKGS=(
   nodejs
   qemu-system-x86 qemu-utils linux-image-cloud-amd64 lz4 cpio e2fsprogs kmod
   prometheus tmux
+  debootstrap
   python3-ipykernel python3-jupyter-client python3-matplotlib python3-pytest node-acorn
 )
 # prometheus: its promtool validates GET /metrics (metrics_test). tmux: the interactive CLI
 # (space shell, exec -t) is driven in a tmux pane (cli_tty_test).
 # python3-ipykernel, python3-jupyter-client, python3-matplotlib, python3-pytest, node-acorn:
 # the code-interpreter kernel runner (templates/code-interpreter) and its suite (kernel_test).
+# debootstrap: spaced makes the debian:bookworm built-in template with it (templates/,
+# docs/templates.md), the base of python and code-interpreter.
 # runsc: gVisor, for the shipped gvisor runtime plugin (plugins/runtime/gvisor).
 # python3-venv: the Python SDK tests make a venv with /usr/bin/python3 (tests/python/venv.sh).
 # npm (the E2B SDK compatibility tests install the pinned SDK with `npm ci`): Debian's
