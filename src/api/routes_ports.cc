@@ -29,9 +29,10 @@ constexpr int64_t kDefaultUrlTtlS = 3600;
 const char kTrafficHeader[] = "Space-Traffic-Token";
 const char kE2bTrafficHeader[] = "e2b-traffic-access-token";
 
-// How errors are answered: plain text on sandbox hosts (browsers, curl users), the API's
-// JSON errors on the API path.
-enum class Form { kHost, kPath };
+// How errors are answered: plain text on sandbox hosts (browsers, curl users) and to E2B
+// clients naming the port in headers (E2b-Sandbox-Port, whose SDKs read the body as text),
+// the API's JSON errors on the API path.
+enum class Form { kHost, kPath, kE2b };
 
 Awaitable<void> ReplyFailure(Ctx& ctx, Form form, int status, const std::string& message,
                              std::vector<std::pair<std::string, std::string>> headers = {}) {
@@ -259,6 +260,7 @@ void RewriteRequest(Ctx& ctx, http::request<http::buffer_body>& req, const std::
     req.erase(http::field::authorization);
     req.erase("X-API-Key");
   }
+  if (form == Form::kE2b) req.erase("X-Access-Token");  // the envd token is spaced's credential
   if (auto it = req.find(http::field::cookie); it != req.end()) {
     std::string kept = net::StripCookie(std::string_view(it->value().data(), it->value().size()),
                                         net::kTrafficCookie, nullptr);
@@ -501,6 +503,54 @@ std::string TrafficCookie(const std::string& token, int64_t expires_s) {
   return c;
 }
 
+// ---------------------------------------------------------------- traffic to a port
+
+// Traffic to a port of a sandbox from outside spaced's API (a sandbox host, or an E2B client
+// naming the port in headers): traffic credentials unless the sandbox's traffic is public.
+Awaitable<void> ProxyPortTraffic(Ctx& ctx, const std::string& id, int port, Form form) {
+  core::Platform* p = ctx.platform;
+  auto rec = co_await ctx.Blocking([&] { return p->GetSandbox(id); });
+  if (!rec || SandboxGone(*rec)) {
+    co_await ReplyFailure(ctx, form, 404, "no sandbox " + id);
+    co_return;
+  }
+  std::string raw(ctx.req().target());
+  std::string target = net::StripQueryParam(raw, net::kTrafficQueryParam, nullptr);
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (!core::Platform::StoredPolicy(*rec).public_traffic) {
+    Credential cred = FindCredential(ctx);
+    if (cred.from == Credential::From::kNone) {
+      co_await ReplyFailure(ctx, form, 401,
+                            "port " + std::to_string(port) + " of sandbox " + id +
+                                " needs a traffic credential: a " + kTrafficHeader +
+                                " header, or a signed URL (space url " + id + " " +
+                                std::to_string(port) + ")");
+      co_return;
+    }
+    std::string why = CheckTraffic(ctx, cred.token, *rec, port);
+    if (!why.empty()) {
+      // A stale cookie is dropped so the next signed URL starts clean.
+      if (cred.from == Credential::From::kCookie)
+        headers.emplace_back("Set-Cookie", std::string(net::kTrafficCookie) + "=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax");
+      co_await ReplyFailure(ctx, form, 403, "traffic credential refused: " + why, headers);
+      co_return;
+    }
+    if (cred.from == Credential::From::kQuery) {
+      auto c = ctx.opts->signing_keys->VerifyTraffic(cred.token, NowUnixMillis() / 1000);
+      headers.emplace_back("Set-Cookie", TrafficCookie(cred.token, c ? c->expires_s : 0));
+      if (BrowserNavigation(ctx)) {
+        // The token leaves the address bar (and history, and Referer): the cookie carries it.
+        headers.emplace_back("Location", target);
+        headers.emplace_back("Cache-Control", "no-store");
+        co_await ctx.ReplyBytes(302, "", "text/plain; charset=utf-8", headers);
+        co_return;
+      }
+    }
+  }
+  // A signed URL used by curl and the like: answered at once, the cookie set on the way.
+  co_await Proxy(ctx, *rec, port, target, form, headers);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- host form
@@ -513,50 +563,12 @@ Awaitable<bool> RoutePortsHost(Ctx& ctx) {
     co_await ReplyFailure(ctx, Form::kHost, 400, parsed.error().message);
     co_return true;
   }
-  const int port = (*parsed)->port;
-  const std::string id = (*parsed)->sandbox_id;
-  core::Platform* p = ctx.platform;
-  auto rec = co_await ctx.Blocking([&] { return p->GetSandbox(id); });
-  if (!rec || SandboxGone(*rec)) {
-    co_await ReplyFailure(ctx, Form::kHost, 404, "no sandbox " + id);
-    co_return true;
-  }
-  std::string raw(ctx.req().target());
-  std::string target = net::StripQueryParam(raw, net::kTrafficQueryParam, nullptr);
-  std::vector<std::pair<std::string, std::string>> headers;
-  if (!core::Platform::StoredPolicy(*rec).public_traffic) {
-    Credential cred = FindCredential(ctx);
-    if (cred.from == Credential::From::kNone) {
-      co_await ReplyFailure(ctx, Form::kHost, 401,
-                            "port " + std::to_string(port) + " of sandbox " + id +
-                                " needs a traffic credential: a " + kTrafficHeader +
-                                " header, or a signed URL (space url " + id + " " +
-                                std::to_string(port) + ")");
-      co_return true;
-    }
-    std::string why = CheckTraffic(ctx, cred.token, *rec, port);
-    if (!why.empty()) {
-      // A stale cookie is dropped so the next signed URL starts clean.
-      if (cred.from == Credential::From::kCookie)
-        headers.emplace_back("Set-Cookie", std::string(net::kTrafficCookie) + "=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax");
-      co_await ReplyFailure(ctx, Form::kHost, 403, "traffic credential refused: " + why, headers);
-      co_return true;
-    }
-    if (cred.from == Credential::From::kQuery) {
-      auto c = ctx.opts->signing_keys->VerifyTraffic(cred.token, NowUnixMillis() / 1000);
-      headers.emplace_back("Set-Cookie", TrafficCookie(cred.token, c ? c->expires_s : 0));
-      if (BrowserNavigation(ctx)) {
-        // The token leaves the address bar (and history, and Referer): the cookie carries it.
-        headers.emplace_back("Location", target);
-        headers.emplace_back("Cache-Control", "no-store");
-        co_await ctx.ReplyBytes(302, "", "text/plain; charset=utf-8", headers);
-        co_return true;
-      }
-    }
-  }
-  // A signed URL used by curl and the like: answered at once, the cookie set on the way.
-  co_await Proxy(ctx, *rec, port, target, Form::kHost, headers);
+  co_await ProxyPortTraffic(ctx, (*parsed)->sandbox_id, (*parsed)->port, Form::kHost);
   co_return true;
+}
+
+Awaitable<void> RoutePortTraffic(Ctx& ctx, const std::string& sandbox_id, int port) {
+  co_await ProxyPortTraffic(ctx, sandbox_id, port, Form::kE2b);
 }
 
 // ---------------------------------------------------------------- API routes
