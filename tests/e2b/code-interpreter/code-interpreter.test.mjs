@@ -187,10 +187,12 @@ describe('@e2b/code-interpreter against spaced', () => {
     const t0 = Date.now()
     await assert.rejects(sbx.runCode('import time\ntime.sleep(60)', { timeoutMs: 1500 }), TimeoutError)
     assert.ok(Date.now() - t0 < 10_000)
-    // The client went away: the kernel runner interrupts the cell, so the next one runs.
+    // The client went away: spaced closes its side to the kernel runner at once, which
+    // interrupts the cell, so the next one runs soon (not after the cell's next keepalive).
     const next = await sbx.runCode('x + 1', { timeoutMs: 30_000 })
     assert.equal(next.error, undefined)
     assert.equal(next.text, '42')
+    assert.ok(Date.now() - t0 < 8_000, `the context was free again after ${Date.now() - t0} ms`)
   })
 
   test('kill ends the sandbox; its code calls then fail', async () => {
