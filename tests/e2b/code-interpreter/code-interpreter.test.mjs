@@ -6,6 +6,8 @@
 // to its built-in code-interpreter template); its calls reach the template's kernel runner
 // (space-kernel, port 49999) through spaced. tests/e2b/e2b_sdk_test.cc runs it under ctest
 // (E2bCodeInterpreterSdkTest) once the template is present.
+// (The node process lingers ~60 s after the last test: the SDK's runCode leaves its request
+// timer running when the server answers an error status, as the 400 and 404 cases here do.)
 import assert from 'node:assert/strict'
 import { after, before, describe, test } from 'node:test'
 
@@ -193,6 +195,38 @@ describe('@e2b/code-interpreter against spaced', () => {
     assert.equal(next.error, undefined)
     assert.equal(next.text, '42')
     assert.ok(Date.now() - t0 < 8_000, `the context was free again after ${Date.now() - t0} ms`)
+  })
+
+  test('ports named in E2b-Sandbox-Port follow the sandbox port rules', async () => {
+    const url = process.env.E2B_SANDBOX_URL
+    const call = (headers) => fetch(`${url}/contexts`, { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, ...headers } })
+    const ok = await call({ 'E2b-Sandbox-Port': '49999' })  // public traffic: no credential needed
+    assert.equal(ok.status, 200)
+    assert.ok(Array.isArray(await ok.json()))
+    const bad = await call({ 'E2b-Sandbox-Port': 'port' })
+    assert.equal(bad.status, 400)
+    await bad.body?.cancel()
+    const closed = await call({ 'E2b-Sandbox-Port': '8099' })
+    assert.equal(closed.status, 502)
+    assert.match(await closed.text(), /nothing is listening on port 8099/)
+  })
+
+  test('allowPublicTraffic: false: the SDK sends its traffic token, and calls without one are refused', async () => {
+    const priv = await create({ network: { allowPublicTraffic: false } })
+    assert.ok(priv.trafficAccessToken, 'a traffic token')
+    assert.equal((await priv.runCode('6 * 7')).text, '42')
+    const ctx = await priv.createCodeContext()
+    assert.ok((await priv.listCodeContexts()).some((c) => c.id === ctx.id))
+    const url = process.env.E2B_SANDBOX_URL
+    const headers = { 'E2b-Sandbox-Id': priv.sandboxId, 'E2b-Sandbox-Port': '49999' }
+    const none = await fetch(`${url}/contexts`, { headers })
+    assert.equal(none.status, 401)
+    await none.body?.cancel()
+    // Not the envd token either: ports take traffic tokens only.
+    const envd = await fetch(`${url}/contexts`, { headers: { ...headers, 'X-Access-Token': priv.envdAccessToken } })
+    assert.equal(envd.status, 401)
+    await envd.body?.cancel()
+    await priv.kill()
   })
 
   test('kill ends the sandbox; its code calls then fail', async () => {
