@@ -200,8 +200,12 @@ Awaitable<bool> RouteAccess(Ctx& ctx);
 // error itself, with its own traffic credentials) and returns true; false for spaced's own
 // API. Runs before anything else, /healthz and authentication included. RoutePorts:
 // POST /v1/sandboxes/{id}/urls and ANY /v1/sandboxes/{id}/ports/{port}/... (after Authorize).
+// RoutePortTraffic: proxies the request to `port` of the sandbox with the host form's rules
+// (traffic credentials unless its traffic is public; plain-text errors), for E2B clients that
+// name the port in the E2b-Sandbox-Port header (e2b/routes_e2b_envd.cc).
 Awaitable<bool> RoutePortsHost(Ctx& ctx);
 Awaitable<bool> RoutePorts(Ctx& ctx);
+Awaitable<void> RoutePortTraffic(Ctx& ctx, const std::string& sandbox_id, int port);
 // POST /mcp (routes_mcp.cc, docs/mcp.md): checks Origin, then authorizes itself.
 Awaitable<bool> RouteMcp(Ctx& ctx);
 // GET /metrics and GET /v1/sandboxes/{id}/metrics (metrics.cc, after Authorize).

@@ -29,9 +29,10 @@ constexpr int64_t kDefaultUrlTtlS = 3600;
 const char kTrafficHeader[] = "Space-Traffic-Token";
 const char kE2bTrafficHeader[] = "e2b-traffic-access-token";
 
-// How errors are answered: plain text on sandbox hosts (browsers, curl users), the API's
-// JSON errors on the API path.
-enum class Form { kHost, kPath };
+// How errors are answered: plain text on sandbox hosts (browsers, curl users) and to E2B
+// clients naming the port in headers (E2b-Sandbox-Port, whose SDKs read the body as text),
+// the API's JSON errors on the API path.
+enum class Form { kHost, kPath, kE2b };
 
 Awaitable<void> ReplyFailure(Ctx& ctx, Form form, int status, const std::string& message,
                              std::vector<std::pair<std::string, std::string>> headers = {}) {
@@ -253,6 +254,91 @@ Awaitable<void> Tunnel(Ctx& ctx, beast::tcp_stream& up, beast::flat_buffer& up_b
   }
 }
 
+// ---------------------------------------------------------------- client hang-ups
+
+// A watch on the client's side of a relay: wakes when the client's socket turns readable
+// and, if that is its end (EOF or an error, nothing to read), closes the upstream.
+struct ClientWatch {
+  explicit ClientWatch(asio::any_io_executor ex) : timer(ex, asio::steady_timer::time_point::max()) {}
+  asio::steady_timer timer;
+  bool done = false;
+  bool stopping = false;
+  bool hung_up = false;
+};
+
+Awaitable<void> WatchClient(tcp::socket& client, tcp::socket& up, std::shared_ptr<ClientWatch> w) {
+  beast::error_code ec;
+  co_await client.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+  if (!ec && !w->stopping) {
+    char c;
+    ssize_t n = ::recv(client.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      w->hung_up = true;
+      beast::error_code cec;
+      up.shutdown(tcp::socket::shutdown_both, cec);
+      up.cancel(cec);
+    }
+  }
+  w->done = true;
+  w->timer.cancel();
+}
+
+// Ends the watch (if it is still waiting) and waits until it is over.
+Awaitable<void> StopWatch(tcp::socket& client, ClientWatch& w) {
+  w.stopping = true;
+  beast::error_code ec;
+  if (!w.done) client.cancel(ec);  // nothing else is pending on the client socket now
+  while (!w.done) {
+    co_await w.timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+}
+
+// The body of the service's answer, relayed piece by piece as it comes. Sets
+// ctx.keep_alive false when the exchange cannot be followed by another.
+Awaitable<void> RelayBody(Ctx& ctx, beast::tcp_stream& up, beast::flat_buffer& ubuf,
+                          http::response_parser<http::buffer_body>& resp,
+                          http::response_serializer<http::buffer_body>& sr, bool until_eof,
+                          std::vector<char>& buf) {
+  auto& res = resp.get();
+  beast::error_code ec;
+  for (;;) {
+    if (!resp.is_done()) {
+      res.body().data = buf.data();
+      res.body().size = buf.size();
+      up.expires_after(kIdleTimeout);
+      co_await http::async_read_some(up, ubuf, resp, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec == http::error::end_of_stream || ec == http::error::partial_message) {
+        // The upstream closed: for a body until EOF that is its end; otherwise it is cut
+        // short, and so is our answer (the client sees a truncated message).
+        if (!until_eof) ctx.keep_alive = false;
+        if (!until_eof) co_return;
+        ec = {};
+      }
+      if (ec) {
+        ctx.keep_alive = false;
+        co_return;
+      }
+      size_t n = buf.size() - res.body().size;
+      res.body().data = n > 0 ? buf.data() : nullptr;
+      res.body().size = n;
+      res.body().more = !resp.is_done();
+      if (n == 0 && res.body().more && sr.is_header_done()) continue;
+    } else {
+      res.body().data = nullptr;
+      res.body().size = 0;
+      res.body().more = false;
+    }
+    co_await http::async_write(*ctx.stream, sr, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      ctx.keep_alive = false;
+      co_return;
+    }
+    if (sr.is_done() || (resp.is_done() && !res.body().more)) break;
+  }
+}
+
 // The request as it goes on: credentials out, forwarding headers in, one request per
 // upstream connection (or Upgrade kept).
 void RewriteRequest(Ctx& ctx, http::request<http::buffer_body>& req, const std::string& target,
@@ -264,6 +350,7 @@ void RewriteRequest(Ctx& ctx, http::request<http::buffer_body>& req, const std::
     req.erase(http::field::authorization);
     req.erase("X-API-Key");
   }
+  if (form == Form::kE2b) req.erase("X-Access-Token");  // the envd token is spaced's credential
   if (auto it = req.find(http::field::cookie); it != req.end()) {
     std::string kept = net::StripCookie(std::string_view(it->value().data(), it->value().size()),
                                         net::kTrafficCookie, nullptr);
@@ -399,42 +486,16 @@ Awaitable<void> Relay(Ctx& ctx, beast::tcp_stream& up, const std::string& target
   res.keep_alive(ctx.keep_alive);
   http::response_serializer<http::buffer_body> sr{res};
   ctx.stream->expires_never();
-  for (;;) {
-    if (!resp->is_done()) {
-      res.body().data = buf.data();
-      res.body().size = buf.size();
-      up.expires_after(kIdleTimeout);
-      co_await http::async_read_some(up, ubuf, *resp, asio::redirect_error(asio::use_awaitable, ec));
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec == http::error::end_of_stream || ec == http::error::partial_message) {
-        // The upstream closed: for a body until EOF that is its end; otherwise it is cut
-        // short, and so is our answer (the client sees a truncated message).
-        if (!until_eof) ctx.keep_alive = false;
-        if (!until_eof) co_return;
-        ec = {};
-      }
-      if (ec) {
-        ctx.keep_alive = false;
-        co_return;
-      }
-      size_t n = buf.size() - res.body().size;
-      res.body().data = n > 0 ? buf.data() : nullptr;
-      res.body().size = n;
-      res.body().more = !resp->is_done();
-      if (n == 0 && res.body().more && sr.is_header_done()) continue;
-    } else {
-      res.body().data = nullptr;
-      res.body().size = 0;
-      res.body().more = false;
-    }
-    co_await http::async_write(*ctx.stream, sr, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec == http::error::need_buffer) ec = {};
-    if (ec) {
-      ctx.keep_alive = false;
-      co_return;
-    }
-    if (sr.is_done() || (resp->is_done() && !res.body().more)) break;
-  }
+  // While the body streams, a client that hangs up closes the upstream at once: the
+  // service learns it now rather than at its next write (a quiet stream, such as a
+  // running code cell, may not write for seconds). Not when the client has already sent
+  // more (a pipelined request): its connection is alive.
+  auto watch = std::make_shared<ClientWatch>(ctx.stream->get_executor());
+  const bool watching = ctx.buffer->size() == 0;
+  if (watching) asio::co_spawn(ctx.stream->get_executor(), WatchClient(ctx.stream->socket(), up.socket(), watch), asio::detached);
+  co_await RelayBody(ctx, up, ubuf, *resp, sr, until_eof, buf);
+  if (watching) co_await StopWatch(ctx.stream->socket(), *watch);
+  if (watch->hung_up) ctx.keep_alive = false;
   if (!sr.is_done()) ctx.keep_alive = false;
 }
 
@@ -506,6 +567,54 @@ std::string TrafficCookie(const std::string& token, int64_t expires_s) {
   return c;
 }
 
+// ---------------------------------------------------------------- traffic to a port
+
+// Traffic to a port of a sandbox from outside spaced's API (a sandbox host, or an E2B client
+// naming the port in headers): traffic credentials unless the sandbox's traffic is public.
+Awaitable<void> ProxyPortTraffic(Ctx& ctx, const std::string& id, int port, Form form) {
+  core::Platform* p = ctx.platform;
+  auto rec = co_await ctx.Blocking([&] { return p->GetSandbox(id); });
+  if (!rec || SandboxGone(*rec)) {
+    co_await ReplyFailure(ctx, form, 404, "no sandbox " + id);
+    co_return;
+  }
+  std::string raw(ctx.req().target());
+  std::string target = net::StripQueryParam(raw, net::kTrafficQueryParam, nullptr);
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (!core::Platform::StoredPolicy(*rec).public_traffic) {
+    Credential cred = FindCredential(ctx);
+    if (cred.from == Credential::From::kNone) {
+      co_await ReplyFailure(ctx, form, 401,
+                            "port " + std::to_string(port) + " of sandbox " + id +
+                                " needs a traffic credential: a " + kTrafficHeader +
+                                " header, or a signed URL (space url " + id + " " +
+                                std::to_string(port) + ")");
+      co_return;
+    }
+    std::string why = CheckTraffic(ctx, cred.token, *rec, port);
+    if (!why.empty()) {
+      // A stale cookie is dropped so the next signed URL starts clean.
+      if (cred.from == Credential::From::kCookie)
+        headers.emplace_back("Set-Cookie", std::string(net::kTrafficCookie) + "=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax");
+      co_await ReplyFailure(ctx, form, 403, "traffic credential refused: " + why, headers);
+      co_return;
+    }
+    if (cred.from == Credential::From::kQuery) {
+      auto c = ctx.opts->signing_keys->VerifyTraffic(cred.token, NowUnixMillis() / 1000);
+      headers.emplace_back("Set-Cookie", TrafficCookie(cred.token, c ? c->expires_s : 0));
+      if (BrowserNavigation(ctx)) {
+        // The token leaves the address bar (and history, and Referer): the cookie carries it.
+        headers.emplace_back("Location", target);
+        headers.emplace_back("Cache-Control", "no-store");
+        co_await ctx.ReplyBytes(302, "", "text/plain; charset=utf-8", headers);
+        co_return;
+      }
+    }
+  }
+  // A signed URL used by curl and the like: answered at once, the cookie set on the way.
+  co_await Proxy(ctx, *rec, port, target, form, headers);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- host form
@@ -518,50 +627,12 @@ Awaitable<bool> RoutePortsHost(Ctx& ctx) {
     co_await ReplyFailure(ctx, Form::kHost, 400, parsed.error().message);
     co_return true;
   }
-  const int port = (*parsed)->port;
-  const std::string id = (*parsed)->sandbox_id;
-  core::Platform* p = ctx.platform;
-  auto rec = co_await ctx.Blocking([&] { return p->GetSandbox(id); });
-  if (!rec || SandboxGone(*rec)) {
-    co_await ReplyFailure(ctx, Form::kHost, 404, "no sandbox " + id);
-    co_return true;
-  }
-  std::string raw(ctx.req().target());
-  std::string target = net::StripQueryParam(raw, net::kTrafficQueryParam, nullptr);
-  std::vector<std::pair<std::string, std::string>> headers;
-  if (!core::Platform::StoredPolicy(*rec).public_traffic) {
-    Credential cred = FindCredential(ctx);
-    if (cred.from == Credential::From::kNone) {
-      co_await ReplyFailure(ctx, Form::kHost, 401,
-                            "port " + std::to_string(port) + " of sandbox " + id +
-                                " needs a traffic credential: a " + kTrafficHeader +
-                                " header, or a signed URL (space url " + id + " " +
-                                std::to_string(port) + ")");
-      co_return true;
-    }
-    std::string why = CheckTraffic(ctx, cred.token, *rec, port);
-    if (!why.empty()) {
-      // A stale cookie is dropped so the next signed URL starts clean.
-      if (cred.from == Credential::From::kCookie)
-        headers.emplace_back("Set-Cookie", std::string(net::kTrafficCookie) + "=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax");
-      co_await ReplyFailure(ctx, Form::kHost, 403, "traffic credential refused: " + why, headers);
-      co_return true;
-    }
-    if (cred.from == Credential::From::kQuery) {
-      auto c = ctx.opts->signing_keys->VerifyTraffic(cred.token, NowUnixMillis() / 1000);
-      headers.emplace_back("Set-Cookie", TrafficCookie(cred.token, c ? c->expires_s : 0));
-      if (BrowserNavigation(ctx)) {
-        // The token leaves the address bar (and history, and Referer): the cookie carries it.
-        headers.emplace_back("Location", target);
-        headers.emplace_back("Cache-Control", "no-store");
-        co_await ctx.ReplyBytes(302, "", "text/plain; charset=utf-8", headers);
-        co_return true;
-      }
-    }
-  }
-  // A signed URL used by curl and the like: answered at once, the cookie set on the way.
-  co_await Proxy(ctx, *rec, port, target, Form::kHost, headers);
+  co_await ProxyPortTraffic(ctx, (*parsed)->sandbox_id, (*parsed)->port, Form::kHost);
   co_return true;
+}
+
+Awaitable<void> RoutePortTraffic(Ctx& ctx, const std::string& sandbox_id, int port) {
+  co_await ProxyPortTraffic(ctx, sandbox_id, port, Form::kE2b);
 }
 
 // ---------------------------------------------------------------- API routes

@@ -1,7 +1,10 @@
 // Runs tests/e2b/e2b.test.mjs — the unmodified E2B JavaScript SDK, pinned by
 // package-lock.json — against a real spaced: installs the SDK with `npm ci` (once per
 // lock file, in the build tree), starts spaced, and hands node nothing but the E2B
-// environment variables an E2B user would set.
+// environment variables an E2B user would set. E2bCodeInterpreterSdkTest does the same
+// with tests/e2b/code-interpreter (the unmodified @e2b/code-interpreter) once spaced has
+// the built-in code-interpreter template (imported from the shared template cache, or
+// built there on the first run).
 #include "tests/integration/fakenet.h"
 #include "tests/integration/npm_suite.h"
 
@@ -115,6 +118,48 @@ TEST(E2bSdkTest, SdkOnGvisor) {
            "^(create returns|commands\\.run in the foreground|a non-zero exit|background commands|"
            "files: write and read|pause, then connect resumes|allowInternetAccess|network\\.denyOut)",
            max_file_bytes, net ? tmp->path() + "/servers.log" : "");
+}
+
+TEST(E2bCodeInterpreterSdkTest, UnmodifiedSdkAgainstSpaced) {
+  SPACE_REQUIRE_SANDBOXES();
+  std::string node = Which("node"), npm = Which("npm");
+  if (node.empty() || npm.empty())
+    GTEST_SKIP() << "node and npm are needed (scripts/install-deps.sh installs them)";
+  const std::vector<std::string> base_env = EnvironWithout({"E2B_"});
+  const std::string work = BinDir() + "/../e2b-code-interpreter-sdk";
+  std::string why;
+  auto installed = InstallNpmSuite(
+      npm, std::string(SPACE_SOURCE_DIR) + "/tests/e2b/code-interpreter", work,
+      {"package.json", "package-lock.json", "code-interpreter.test.mjs"},
+      "@e2b/code-interpreter/package.json", base_env, &why);
+  if (installed == NpmSuite::kOffline)
+    GTEST_SKIP() << "npm ci cannot reach the registry (offline?):\n" << why;
+  ASSERT_EQ(installed, NpmSuite::kReady) << "npm ci failed:\n" << why;
+
+  Daemon d;
+  ASSERT_TRUE(d.Start());
+  // The SDK's default template (code-interpreter-v1) is our built-in code-interpreter:
+  // present before the suite starts, so that its creates measure sandboxes, not a build.
+  auto t0 = std::chrono::steady_clock::now();
+  auto prepared = d.client().Call("POST", "/v1/templates?wait=900s", Json{{"builtin", "code-interpreter"}});
+  ASSERT_TRUE(prepared) << "preparing the code-interpreter template: " << prepared.error().message;
+  ASSERT_EQ(JsonStringOr((*prepared)["operation"], "state", ""), "succeeded") << prepared->dump();
+  std::printf("code-interpreter template ready in %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+
+  std::vector<std::string> env = base_env;
+  env.push_back("E2B_API_URL=" + d.url());
+  env.push_back("E2B_SANDBOX_URL=" + d.url());
+  env.push_back("E2B_API_KEY=" + d.api_key());
+  sys::SpawnOptions o;
+  o.argv = {node, "--test", "--test-reporter=spec", "--test-concurrency=1", "code-interpreter.test.mjs"};
+  o.cwd = work;
+  o.env = env;
+  auto r = sys::Run(o, 10 * 60 * 1000);
+  ASSERT_TRUE(r) << r.error().message;
+  std::printf("%s\n", r->out.c_str());
+  EXPECT_TRUE(r->ok()) << "the E2B code-interpreter SDK suite failed (exit " << r->exit_code
+                       << "):\n" << r->out << r->err;
 }
 
 }  // namespace

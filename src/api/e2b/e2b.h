@@ -22,6 +22,9 @@ namespace space::api::e2b {
 // octet-stream uploads and closeStdin, and keeps file metadata and watch-with-entries,
 // which SPACE lacks, behind the SDK's own TemplateError).
 inline constexpr char kEnvdVersion[] = "0.5.7";
+// envd's port, as the SDKs name it in the E2b-Sandbox-Port header; calls that name any
+// other port go to that port inside the sandbox (the code interpreter's is 49999).
+inline constexpr char kEnvdPort[] = "49983";
 
 // Handles the request if it belongs to the E2B surface (answering it, errors included);
 // false otherwise. Called by the server before its own authentication.

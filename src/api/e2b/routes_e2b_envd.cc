@@ -7,6 +7,7 @@
 #include "api/e2b/connect.h"
 #include "api/e2b/e2b.h"
 #include "api/e2b/parse.h"
+#include "net/ingress.h"
 
 namespace space::api::e2b {
 
@@ -585,6 +586,19 @@ Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sb) {
 Awaitable<bool> Route(Ctx& ctx) {
   std::string sb = HeaderOr(ctx, "E2b-Sandbox-Id");
   if (sb.empty()) co_return co_await RouteControl(ctx);
+  // Another port than envd's (the code interpreter's 49999, or any service): E2B's proxy
+  // relays it to that port in the sandbox, as a sandbox host {port}-{id}.{domain} would be,
+  // with that port's traffic rules (public unless allowPublicTraffic was false, then the
+  // e2b-traffic-access-token header), not envd's X-Access-Token.
+  if (std::string port = HeaderOr(ctx, "E2b-Sandbox-Port"); !port.empty() && port != kEnvdPort) {
+    auto n = net::ParsePort(port);
+    if (!n) {
+      co_await ReplyRestError(ctx, 400, "E2b-Sandbox-Port: " + n.error().message);
+      co_return true;
+    }
+    co_await RoutePortTraffic(ctx, sb, *n);
+    co_return true;
+  }
   // A sandbox that is gone answers as E2B's proxy does (not found), whatever the token:
   // its token was revoked with it, and the SDK expects SandboxNotFoundError here.
   auto known = ctx.platform->GetSandbox(sb);
