@@ -492,6 +492,10 @@ void Platform::Impl::RunCreate(std::shared_ptr<Sandbox> sb, store::OperationReco
     std::lock_guard lock(sb->mu);
     st = BringUp(sb, digest, snapshot, &op, result);
   }
+  if (st) {
+    self->notifier().Notify("sb:" + sb->rec.id);
+    self->notifier().Notify("op:" + op.id);
+  }
   if (!st) FinishOperation(op, st, result);  // success was committed with the sandbox
   counters.CountCreate(sb->rec.runtime, snapshot.empty() ? "template" : "snapshot",
                        st ? "succeeded" : "failed", (NowUnixMillis() - sb->rec.created_ms) / 1000.0);
@@ -547,8 +551,8 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
     done->state = "succeeded";
     done->result = std::move(result);
     SPACE_TRY(store->PutSandboxAndOperation(sb->rec, *done));
-    self->notifier().Notify("sb:" + sb->rec.id);
-    self->notifier().Notify("op:" + done->id);
+    // The caller notifies once it has let go of sb->mu: a client woken by the operation's
+    // end may act on the sandbox at once (a snapshot, a transition), and would find it busy.
     return Ok();
   };
   auto st = run();

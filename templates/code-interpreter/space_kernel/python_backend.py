@@ -117,8 +117,11 @@ class PythonBackend(Backend):
             self._silent("__import__('builtins').__space_saved_env = "
                          "(lambda o, e: ({k: o.environ.get(k) for k in e}, o.environ.update(e))[0])"
                          "(__import__('os'), %s)" % json.dumps(job.env_vars))
+        # stop_on_error=False: with True, ipykernel aborts (no result, no error) a request that
+        # reaches it while the previous cell's error (an interrupt) is being handled, so a
+        # cell sent right after an interrupted one could come back empty.
         msg_id = self.kc.execute(job.code, store_history=True, allow_stdin=False,
-                                 stop_on_error=True)
+                                 stop_on_error=False)
 
         def step(timeout):
             try:
