@@ -492,6 +492,12 @@ TEST_F(PluginTest, OwnDiskVerbsThroughTheAdapter) {
   auto again = rt_->Snapshot(spec.id, snap);
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code, Errc::kConflict);
+  ASSERT_TRUE(rt_->Pause(spec.id));
+  const std::string paused = NewId("snap");
+  ASSERT_TRUE(rt_->Snapshot(spec.id, paused));
+  EXPECT_EQ(*rt_->Inspect(spec.id), runtime::InstanceState::kPaused) << "a paused instance stays paused";
+  ASSERT_TRUE(rt_->Resume(spec.id));
+  ASSERT_TRUE(rt_->DeleteSnapshot(paused));
   auto none = rt_->Snapshot("sb-neverexistedaaaaa", NewId("snap"));
   ASSERT_FALSE(none);
   EXPECT_EQ(none.error().code, Errc::kNotFound);
@@ -513,9 +519,14 @@ TEST_F(PluginTest, OwnDiskVerbsThroughTheAdapter) {
   ASSERT_TRUE(rt_->Suspend(spec.id));
   EXPECT_EQ(*rt_->Inspect(spec.id), runtime::InstanceState::kStopped);
   EXPECT_TRUE(ProcessesMentioning(spec.id).empty());
+  ASSERT_TRUE(rt_->Suspend(spec.id)) << "suspend is idempotent";
   auto ids = rt_->List();
   ASSERT_TRUE(ids);
   EXPECT_NE(std::find(ids->begin(), ids->end(), spec.id), ids->end()) << "a suspended instance is listed";
+  const std::string cold = NewId("snap");
+  ASSERT_TRUE(rt_->Snapshot(spec.id, cold)) << "a suspended instance is copied as it is";
+  EXPECT_EQ(*rt_->Inspect(spec.id), runtime::InstanceState::kStopped);
+  ASSERT_TRUE(rt_->DeleteSnapshot(cold));
   auto woken = NewSpec(tmpl);
   woken.id = spec.id;
   woken.template_dir.clear();
