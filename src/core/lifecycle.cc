@@ -169,6 +169,11 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
         if (rt->Caps().suspend_keeps_processes) {
           // Memory and devices go to disk; the commands continue on wake.
           SPACE_TRY_WRAP(rt->Suspend(id), "suspend instance");
+        } else if (rt->Caps().own_disk) {
+          // The runtime keeps the disk but not the processes: it stops the instance and
+          // keeps its disk (destroying it would lose the disk).
+          LoseCommands(*sb, "the sandbox was suspended; its processes were stopped");
+          SPACE_TRY_WRAP(rt->Suspend(id), "suspend instance");
         } else {
           LoseCommands(*sb, "the sandbox was suspended; its processes were stopped");
           SPACE_TRY_WRAP(DestroyInstance(rt, id), "stop instance");
@@ -182,7 +187,7 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
       sb->rec.state = rule->transitional;
       SPACE_TRY(SaveSandbox(*sb));
       Status started;
-      if (rt->Caps().suspend_keeps_processes) {
+      if (rt->Caps().suspend_keeps_processes || rt->Caps().own_disk) {
         // A runtime that keeps processes but not the disk (a plugin such as gvisor) gets
         // the sandbox's root, mounted again, to restore onto.
         std::string root;
@@ -215,7 +220,8 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
     }
     if (!st) {
       // Roll back to a definite state: what the runtime really says.
-      if ((op.kind == "wake" || op.kind == "suspend") && rt && rt->Caps().suspend_keeps_processes) {
+      if ((op.kind == "wake" || op.kind == "suspend") && rt &&
+          (rt->Caps().suspend_keeps_processes || rt->Caps().own_disk)) {
         // The runtime keeps the saved state on a failed wake; a failed suspend leaves
         // the instance as it was (running, or gone).
         if (sb->session) {
@@ -229,6 +235,8 @@ void Platform::Impl::RunTransition(std::shared_ptr<Sandbox> sb, store::Operation
         } else {
           sb->rec.state = "suspended";
         }
+        // Without kept processes, a half-woken instance is stopped again; the disk stays.
+        if (op.kind == "wake" && !rt->Caps().suspend_keeps_processes) (void)rt->Suspend(id);
         sb->rec.reason = op.kind + " failed: " + st.error().message;
       } else if (op.kind == "wake" || op.kind == "suspend") {
         if (sb->session) {

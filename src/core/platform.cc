@@ -541,7 +541,9 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
     sb->rec.reason.clear();
     // New processes (from the template, or a snapshot of the filesystem alone): the
     // template's start command runs and is ready before anyone hears of the sandbox.
-    if (snapshot.empty() || !rt->Caps().own_disk) SPACE_TRY(RunStartCommand(*sb));
+    const std::vector<std::string> kinds = rt->Caps().snapshot_kinds;
+    bool kept = rt->Caps().own_disk && std::find(kinds.begin(), kinds.end(), "full") != kinds.end();
+    if (snapshot.empty() || !kept) SPACE_TRY(RunStartCommand(*sb));
     int64_t timeout_s = JsonIntOr(sb->rec.spec, "timeout_s", 0);
     sb->rec.spec["expires_ms"] = timeout_s > 0 ? NowUnixMillis() + timeout_s * 1000 : 0;
     sb->last_activity_ms = NowUnixMillis();

@@ -99,6 +99,13 @@ Status Platform::Recover() {
       if (sb->rec.state == "suspended" && rt->Caps().suspend_keeps_processes) {
         // The instance's saved state holds its processes: they continue on wake.
         keep_instances.insert(rec.id);
+      } else if (sb->rec.state == "suspended" && rt->Caps().own_disk) {
+        // The runtime holds the disk (destroy would lose it) but no processes: make sure
+        // none run (an interrupted suspend or wake), keep the rest for wake.
+        impl.LoseCommands(*sb, "the sandbox is in state " + rec.state);
+        if (auto st = rt->Suspend(rec.id); !st)
+          spdlog::warn("recovery: sandbox {}: suspend: {}", rec.id, st.error().message);
+        keep_instances.insert(rec.id);
       } else {
         impl.LoseCommands(*sb, "the sandbox is in state " + rec.state);
         (void)impl.DestroyInstance(rt, rec.id);

@@ -81,7 +81,9 @@ Result<store::OperationRecord> Platform::SnapshotSandbox(const std::string& id) 
     snap.id = NewId("snap");
     snap.sandbox_id = id;
     auto* srt = impl_->SnapshotRuntime(sb->rec.runtime);
-    snap.kind = srt ? "full" : "filesystem";
+    // An own-disk runtime's snapshot is "full" when it says it keeps memory (microvm).
+    const std::vector<std::string> kinds = srt ? srt->Caps().snapshot_kinds : std::vector<std::string>{};
+    snap.kind = std::find(kinds.begin(), kinds.end(), "full") != kinds.end() ? "full" : "filesystem";
     snap.state = "creating";
     snap.source = SourceOf(sb->rec);
     snap.created_ms = NowUnixMillis();

@@ -282,6 +282,17 @@ class PluginTest : public ::testing::Test {
       for (const auto& id : *ids) (void)rt_->Destroy(id);
     }
   }
+  // A spec for a new instance of the plugin: a plugin with its own disk (own_disk) makes
+  // the root itself, from a template tree.
+  runtime::InstanceSpec NewSpec(const std::string& root) {
+    auto spec = Spec(root);
+    if (rt_->Caps().own_disk) {
+      spec.template_dir = root;
+      spec.template_digest = "sha256:conformance";
+      spec.rootfs.clear();
+    }
+    return spec;
+  }
   bool WaitForSocket(const std::string& id) {
     std::string sock = rt_->AgentSocketPath(id);
     for (int i = 0; i < 300; ++i) {
@@ -297,7 +308,7 @@ class PluginTest : public ::testing::Test {
 };
 
 TEST_F(PluginTest, LifecycleThroughTheAdapter) {
-  auto spec = Spec(s_.MakeRoot("root"));
+  auto spec = NewSpec(s_.MakeRoot("root"));
   ASSERT_TRUE(rt_->Start(spec)) << "start";
   EXPECT_TRUE(WaitForSocket(spec.id)) << "no agent socket at " << rt_->AgentSocketPath(spec.id);
   auto st = rt_->Inspect(spec.id);
@@ -326,7 +337,7 @@ TEST_F(PluginTest, LifecycleThroughTheAdapter) {
 
 TEST_F(PluginTest, DestroyIsIdempotent) {
   ASSERT_TRUE(rt_->Destroy("sb-neverexistedaaaaa"));
-  auto spec = Spec(s_.MakeRoot("root"));
+  auto spec = NewSpec(s_.MakeRoot("root"));
   ASSERT_TRUE(rt_->Start(spec));
   ASSERT_TRUE(rt_->Destroy(spec.id));
   ASSERT_TRUE(rt_->Destroy(spec.id));
@@ -334,7 +345,7 @@ TEST_F(PluginTest, DestroyIsIdempotent) {
 }
 
 TEST_F(PluginTest, DestroyAfterItsProcessesWereKilled) {
-  auto spec = Spec(s_.MakeRoot("root"));
+  auto spec = NewSpec(s_.MakeRoot("root"));
   ASSERT_TRUE(rt_->Start(spec));
   ASSERT_TRUE(WaitForSocket(spec.id));
   auto victims = ProcessesMentioning(spec.id);
@@ -351,7 +362,7 @@ TEST_F(PluginTest, DestroyAfterItsProcessesWereKilled) {
 }
 
 TEST_F(PluginTest, DestroyFromOnDiskStateAloneAfterTheHandleIsLost) {
-  auto spec = Spec(s_.MakeRoot("root"));
+  auto spec = NewSpec(s_.MakeRoot("root"));
   ASSERT_TRUE(rt_->Start(spec));
   // spaced lost its handle (a crash before it was stored): the plugin's own state suffices.
   ASSERT_TRUE(sys::RemoveAll(s_.path() + "/handles/" + BaseName(exe_) + "/handles/" + spec.id + ".json"));
@@ -457,6 +468,185 @@ TEST_F(PluginDaemonTest, SpacedKilledMidStartLeavesNothing) {
   // The wrapper's own sleep may still be finishing; the instance must be gone.
   for (int i = 0; i < 200 && !ProcessesMentioning(id).empty(); ++i) std::this_thread::sleep_for(50ms);
   EXPECT_TRUE(ProcessesMentioning(id).empty()) << d.Log();
+}
+
+// ------------------------------------------------------------ plugins with their own disk
+
+// The verbs of own_disk (snapshot, delete-snapshot, list-snapshots, suspend, wake) through
+// the adapter; skipped for plugins whose disk core's storage keeps.
+TEST_F(PluginTest, OwnDiskVerbsThroughTheAdapter) {
+  if (!rt_->Caps().own_disk) GTEST_SKIP() << BaseName(exe_) << " does not keep its own disk";
+  std::string tmpl = s_.MakeRoot("template");
+  ASSERT_TRUE(sys::WriteFileAtomic(tmpl + "/root/mark", "template", 0644));
+  auto spec = NewSpec(tmpl);
+  ASSERT_TRUE(rt_->Start(spec));
+  ASSERT_TRUE(WaitForSocket(spec.id));
+  const std::string snap = NewId("snap");
+  auto st = rt_->Snapshot(spec.id, snap);
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_TRUE(rt_->HasSnapshot(snap));
+  EXPECT_EQ(*rt_->Inspect(spec.id), runtime::InstanceState::kRunning) << "thawed after the snapshot";
+  auto size = rt_->SnapshotSize(snap);
+  ASSERT_TRUE(size) << size.error().message;
+  EXPECT_GT(*size, 0);
+  auto again = rt_->Snapshot(spec.id, snap);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, Errc::kConflict);
+  ASSERT_TRUE(rt_->Pause(spec.id));
+  const std::string paused = NewId("snap");
+  ASSERT_TRUE(rt_->Snapshot(spec.id, paused));
+  EXPECT_EQ(*rt_->Inspect(spec.id), runtime::InstanceState::kPaused) << "a paused instance stays paused";
+  ASSERT_TRUE(rt_->Resume(spec.id));
+  ASSERT_TRUE(rt_->DeleteSnapshot(paused));
+  auto none = rt_->Snapshot("sb-neverexistedaaaaa", NewId("snap"));
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().code, Errc::kNotFound);
+
+  // A second instance from the snapshot.
+  auto from = Spec("");
+  from.rootfs.clear();
+  from.snapshot_id = snap;
+  ASSERT_TRUE(rt_->Start(from));
+  ASSERT_TRUE(WaitForSocket(from.id));
+  auto missing = Spec("");
+  missing.rootfs.clear();
+  missing.snapshot_id = "snap-neverexistedaaa";
+  auto bad = rt_->Start(missing);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::kNotFound) << bad.error().message;
+
+  // Suspend stops the processes and keeps the instance (its disk) for wake.
+  ASSERT_TRUE(rt_->Suspend(spec.id));
+  EXPECT_EQ(*rt_->Inspect(spec.id), runtime::InstanceState::kStopped);
+  EXPECT_TRUE(ProcessesMentioning(spec.id).empty());
+  ASSERT_TRUE(rt_->Suspend(spec.id)) << "suspend is idempotent";
+  auto ids = rt_->List();
+  ASSERT_TRUE(ids);
+  EXPECT_NE(std::find(ids->begin(), ids->end(), spec.id), ids->end()) << "a suspended instance is listed";
+  const std::string cold = NewId("snap");
+  ASSERT_TRUE(rt_->Snapshot(spec.id, cold)) << "a suspended instance is copied as it is";
+  EXPECT_EQ(*rt_->Inspect(spec.id), runtime::InstanceState::kStopped);
+  ASSERT_TRUE(rt_->DeleteSnapshot(cold));
+  auto woken = NewSpec(tmpl);
+  woken.id = spec.id;
+  woken.template_dir.clear();
+  ASSERT_TRUE(rt_->Wake(woken));
+  ASSERT_TRUE(WaitForSocket(spec.id));
+  EXPECT_EQ(*rt_->Inspect(spec.id), runtime::InstanceState::kRunning);
+
+  // delete-snapshot is idempotent, and instances made from it do not depend on it.
+  ASSERT_TRUE(rt_->DeleteSnapshot(snap));
+  EXPECT_FALSE(rt_->HasSnapshot(snap));
+  ASSERT_TRUE(rt_->DeleteSnapshot(snap));
+  ASSERT_TRUE(rt_->DeleteSnapshot("snap-neverexistedaaa"));
+  EXPECT_EQ(*rt_->Inspect(from.id), runtime::InstanceState::kRunning);
+  ASSERT_TRUE(rt_->Destroy(spec.id));
+  ASSERT_TRUE(rt_->Destroy(from.id));
+  EXPECT_EQ(*rt_->Inspect(spec.id), runtime::InstanceState::kMissing);
+  EXPECT_TRUE(rt_->ListSnapshots().empty());
+  EXPECT_TRUE(ProcessesMentioning(spec.id).empty());
+  EXPECT_TRUE(ProcessesMentioning(from.id).empty());
+}
+
+// Every entry of `dir` (recursively, as paths relative to it) that names `needle`.
+std::vector<std::string> EntriesNaming(const std::string& dir, const std::string& needle,
+                                       const std::string& rel = "") {
+  std::vector<std::string> out;
+  DIR* d = ::opendir((dir + "/" + rel).c_str());
+  while (dirent* e = d ? ::readdir(d) : nullptr) {
+    std::string n = e->d_name;
+    if (n == "." || n == "..") continue;
+    std::string path = rel.empty() ? n : rel + "/" + n;
+    if (n.find(needle) != std::string::npos) {
+      out.push_back(path);
+      continue;
+    }
+    // Not into the sandboxes' roots and snapshots: their contents are the sandboxes' files.
+    if (e->d_type == DT_DIR && rel.empty()) {
+      for (auto& p : EntriesNaming(dir, needle, path)) out.push_back(p);
+    }
+  }
+  if (d) ::closedir(d);
+  return out;
+}
+
+// The same through spaced: snapshots, sandboxes from them, fork, suspend and wake, recovery.
+TEST_F(PluginDaemonTest, OwnDiskSnapshotsSuspendAndRecovery) {
+  if (!rt_->Caps().own_disk) GTEST_SKIP() << BaseName(exe_) << " does not keep its own disk";
+  Daemon d({"--runtime-plugin-dir", dir_});
+  ASSERT_TRUE(d.Start());
+  auto& c = d.client();
+  const std::string name = BaseName(exe_);
+  const std::string state = d.data_dir() + "/runtime/" + name;
+  auto read = [&](const std::string& id) {
+    auto f = d.client().ReadFile(id, "/root/f.txt");
+    return f ? *f : "(" + f.error().message + ")";
+  };
+
+  std::string id = CreateSandbox(c, {{"runtime", name}});
+  ASSERT_FALSE(id.empty()) << d.Log();
+  EXPECT_TRUE(sys::Exists(state + "/roots/" + id)) << "the plugin holds the root";
+  ASSERT_TRUE(c.WriteFile(id, "/root/f.txt", "one"));
+  auto snap = c.SnapshotAndWait(id);
+  ASSERT_TRUE(snap) << snap.error().message << d.Log();
+  auto info = c.GetSnapshot(*snap);
+  ASSERT_TRUE(info);
+  EXPECT_EQ((*info)["kind"], "filesystem") << info->dump();
+  EXPECT_TRUE(sys::Exists(state + "/snapshots/" + *snap));
+  ASSERT_TRUE(c.WriteFile(id, "/root/f.txt", "two"));
+
+  auto from = c.CreateSandboxAndWait({{"snapshot", *snap}}, 60s);
+  ASSERT_TRUE(from) << from.error().message << d.Log();
+  std::string child = (*from)["id"];
+  EXPECT_EQ((*from)["runtime"], name);
+  EXPECT_EQ(read(child), "one");
+
+  auto forks = c.ForkAndWait(id, 1);
+  ASSERT_TRUE(forks) << forks.error().message;
+  ASSERT_EQ(forks->size(), 1u);
+  EXPECT_EQ((*forks)[0].state, "running") << (*forks)[0].error;
+  std::string fork = (*forks)[0].id;
+  EXPECT_EQ(read(fork), "two");
+
+  // Suspend stops the processes and keeps the disk; wake brings a new agent on it.
+  ASSERT_TRUE(c.TransitionAndWait(id, client::Transition::kSuspend));
+  EXPECT_EQ(c.GetSandbox(id)->value("state", ""), "suspended");
+  EXPECT_TRUE(ProcessesMentioning(id).empty());
+  EXPECT_TRUE(sys::Exists(state + "/roots/" + id));
+  ASSERT_TRUE(c.TransitionAndWait(id, client::Transition::kWake)) << d.Log();
+  EXPECT_EQ(c.GetSandbox(id)->value("state", ""), "running");
+  EXPECT_EQ(read(id), "two");
+  auto r = c.Run(id, Json{{"cmd", "echo woke"}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->out, "woke\n");
+
+  // spaced dies with one sandbox running and one suspended; the restarted one re-inspects
+  // the running one, keeps the suspended one's disk, and wakes it.
+  ASSERT_TRUE(c.TransitionAndWait(child, client::Transition::kSuspend));
+  d.Kill();
+  ASSERT_TRUE(d.Start());
+  auto& c2 = d.client();
+  EXPECT_EQ(c2.GetSandbox(id)->value("state", ""), "running");
+  EXPECT_EQ(read(id), "two");
+  EXPECT_EQ(c2.GetSandbox(child)->value("state", ""), "suspended");
+  EXPECT_TRUE(sys::Exists(state + "/roots/" + child));
+  ASSERT_TRUE(c2.TransitionAndWait(child, client::Transition::kWake)) << d.Log();
+  EXPECT_EQ(read(child), "one");
+
+  // Deleting the snapshot removes the plugin's copy; the sandboxes made from it live on.
+  ASSERT_TRUE(c2.DeleteSnapshot(*snap));
+  EXPECT_FALSE(sys::Exists(state + "/snapshots/" + *snap));
+  EXPECT_EQ(read(child), "one");
+
+  // Deleting the sandboxes leaves nothing of them in the plugin's state dir.
+  for (const std::string& sb : {id, child, fork}) {
+    ASSERT_TRUE(c2.DeleteSandboxAndWait(sb, 60s));
+    EXPECT_TRUE(ProcessesMentioning(sb).empty());
+    auto left = EntriesNaming(state, sb);
+    EXPECT_TRUE(left.empty()) << sb << " left " << ::testing::PrintToString(left);
+  }
+  EXPECT_TRUE(EntriesNaming(state + "/roots", "").empty());
+  EXPECT_TRUE(EntriesNaming(state + "/snapshots", "").empty()) << "fork's base snapshot must go too";
 }
 
 }  // namespace

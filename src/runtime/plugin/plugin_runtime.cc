@@ -348,7 +348,8 @@ Result<int64_t> PluginRuntime::SnapshotSize(const std::string& snapshot_id) cons
 }
 
 Status PluginRuntime::Suspend(const std::string& id) {
-  if (!caps_.suspend_keeps_processes) return Runtime::Suspend(id);
+  // Own disk without kept processes: suspend stops the instance but keeps its disk.
+  if (!caps_.suspend_keeps_processes && !caps_.own_disk) return Runtime::Suspend(id);
   if (!ValidId(id)) return Fail(Errc::kInvalidArgument, o_.name + ": bad instance id '" + id + "'");
   auto r = Call("suspend", Request(id));
   if (!r) return tl::unexpected(r.error());
@@ -362,7 +363,7 @@ Status PluginRuntime::Suspend(const std::string& id) {
 }
 
 Status PluginRuntime::Wake(const InstanceSpec& spec) {
-  if (!caps_.suspend_keeps_processes) return Runtime::Wake(spec);
+  if (!caps_.suspend_keeps_processes && !caps_.own_disk) return Runtime::Wake(spec);
   if (!ValidId(spec.id)) return Fail(Errc::kInvalidArgument, o_.name + ": bad instance id '" + spec.id + "'");
   if (!desc_.available)
     return Fail(Errc::kUnavailable, "runtime " + o_.name + " is not available: " + desc_.why_not);
