@@ -203,6 +203,25 @@ Awaitable<void> StreamCell(Ctx& ctx, const std::string& sb, const std::string& c
   co_await ctx.EndChunked();
 }
 
+bool WantsStream(const Ctx& ctx) { return ctx.Query("stream") == "1" || ctx.Query("stream") == "true"; }
+
+// Waits up to wait_ms for cell `cid` to end, then replies with its execution: 200 once it
+// has ended, `running_status` if it still runs.
+Awaitable<void> ReplyExecution(Ctx& ctx, const std::string& sb, const std::string& cid,
+                               int64_t wait_ms, int running_status) {
+  auto end = co_await WaitCommand(ctx, sb, cid, MonotonicNanos() + wait_ms * 1000000);
+  if (!end) {
+    co_await ctx.ReplyError(end.error());
+    co_return;
+  }
+  auto ex = co_await ctx.Blocking([&] { return Execution(ctx.platform, sb, cid); });
+  if (!ex) {
+    co_await ctx.ReplyError(ex.error());
+    co_return;
+  }
+  co_await ctx.Reply(end->ended() ? 200 : running_status, *ex);
+}
+
 }  // namespace
 
 Awaitable<bool> RouteCode(Ctx& ctx) {
@@ -329,25 +348,14 @@ Awaitable<bool> RouteCode(Ctx& ctx) {
       co_return true;
     }
     const std::string cid = info->record.id;
-    std::string accept = ctx.Header(http::field::accept);
-    if (ctx.Query("stream") == "1" || ctx.Query("stream") == "true" ||
-        accept.find("application/x-ndjson") != std::string::npos) {
+    if (WantsStream(ctx) ||
+        ctx.Header(http::field::accept).find("application/x-ndjson") != std::string::npos) {
       co_await StreamCell(ctx, sb, cid);
       co_return true;
     }
     int64_t wait_ms = ctx.Query("wait").empty() ? 3'600'000 : WaitMillis(ctx);
     if (wait_ms < 0) wait_ms = 3'600'000;
-    auto end = co_await WaitCommand(ctx, sb, cid, MonotonicNanos() + wait_ms * 1000000);
-    if (!end) {
-      co_await ctx.ReplyError(end.error());
-      co_return true;
-    }
-    auto ex = co_await ctx.Blocking([&] { return Execution(p, sb, cid); });
-    if (!ex) {
-      co_await ctx.ReplyError(ex.error());
-      co_return true;
-    }
-    co_await ctx.Reply(end->ended() ? 200 : 202, *ex);
+    co_await ReplyExecution(ctx, sb, cid, wait_ms, 202);
     co_return true;
   }
 
@@ -359,7 +367,7 @@ Awaitable<bool> RouteCode(Ctx& ctx) {
       co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "bad wait duration"});
       co_return true;
     }
-    if (ctx.Query("stream") == "1" || ctx.Query("stream") == "true") {
+    if (WantsStream(ctx)) {
       auto ex = co_await ctx.Blocking([&] { return Execution(p, sb, cid); });
       if (!ex) {
         co_await ctx.ReplyError(ex.error());
@@ -368,17 +376,7 @@ Awaitable<bool> RouteCode(Ctx& ctx) {
       co_await StreamCell(ctx, sb, cid);
       co_return true;
     }
-    auto end = co_await WaitCommand(ctx, sb, cid, MonotonicNanos() + wait_ms * 1000000);
-    if (!end) {
-      co_await ctx.ReplyError(end.error());
-      co_return true;
-    }
-    auto ex = co_await ctx.Blocking([&] { return Execution(p, sb, cid); });
-    if (!ex) {
-      co_await ctx.ReplyError(ex.error());
-      co_return true;
-    }
-    co_await ctx.Reply(200, *ex);
+    co_await ReplyExecution(ctx, sb, cid, wait_ms, 200);
     co_return true;
   }
   if (s.size() == 6 && s[5] == "interrupt" && ctx.method == "POST") {
