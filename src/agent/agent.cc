@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "agent/exec.h"
+#include "agent/forward.h"
 #include "agent/sync.h"
 #include "agent/log.h"
 #include "common/json.h"
@@ -601,6 +602,8 @@ void Agent::HandleRequest(uint32_t request, std::string_view payload) {
       ResizeOp(request, m->json);
     } else if (*op == "sync") {
       Respond(request, SyncIdentity(m->json));
+    } else if (*op == "forward") {
+      ForwardOp(request, m->json);
     } else if (FileService::IsFileOp(*op)) {
       auto r = files_.Handle(*op, m->json, m->body);
       if (!r) return RespondError(request, r.error());
@@ -612,6 +615,33 @@ void Agent::HandleRequest(uint32_t request, std::string_view payload) {
     // Nothing above should throw; if a library does, the request fails, not the agent.
     RespondError(request, Error{Errc::kInternal, 0, std::string("agent: ") + e.what()});
   }
+}
+
+// A relay from the sandbox's address to a service on its loopback (agent/forward.h): one
+// per target port, started on first use and again after it exited.
+void Agent::ForwardOp(uint32_t request, const Json& j) {
+  const int64_t port = JsonIntOr(j, "port", 0);
+  const std::string address = JsonStringOr(j, "address", "");
+  if (port < 1 || port > 65535)
+    return RespondError(request, Error{Errc::kInvalidArgument, 0, "forward: port must be 1..65535"});
+  if (!LoopbackListening(static_cast<int>(port)))
+    return RespondError(request, Error{Errc::kNotFound, 0,
+                                       "nothing is listening on 127.0.0.1:" + std::to_string(port) +
+                                           " or [::1]:" + std::to_string(port)});
+  auto it = forwards_.find(static_cast<int>(port));
+  if (it == forwards_.end() || it->second.address != address) {
+    if (it != forwards_.end()) {
+      ::kill(-it->second.pid, SIGKILL);
+      forwards_.erase(it);
+    }
+    auto started = StartForward(address, static_cast<int>(port));
+    if (!started) return RespondError(request, started.error());
+    AGENT_LOG_DEBUG("forward: %s:%d -> loopback:%d (pid %d)", address.c_str(),
+                    started->listen_port, static_cast<int>(port), started->pid);
+    it = forwards_.emplace(static_cast<int>(port), Forward{started->pid, started->listen_port, address})
+             .first;
+  }
+  Respond(request, {{"address", address}, {"port", it->second.listen_port}});
 }
 
 void Agent::StartExec(uint32_t request, const Json& j) {
@@ -929,7 +959,11 @@ bool Agent::Reap() {
     pid_t p = ::waitpid(-1, &status, WNOHANG);
     if (p > 0) {
       auto pit = pids_.find(p);
-      if (pit == pids_.end()) continue;  // an orphan we inherited, or a failed exec
+      if (pit == pids_.end()) {
+        // A relay, an orphan we inherited, or a failed exec.
+        std::erase_if(forwards_, [p](const auto& f) { return f.second.pid == p; });
+        continue;
+      }
       auto cit = commands_.find(pit->second);
       pids_.erase(pit);
       if (cit == commands_.end()) continue;
@@ -976,6 +1010,9 @@ void Agent::OnSignals() {
         AGENT_LOG_INFO("signal %d: stopping after the commands exit", sig);
         shutting_down_ = true;
         shutdown_deadline_ns_ = MonotonicNanos() + kShutdownGraceNs;
+        // Relays serve connections only while the sandbox runs (their connections too:
+        // each relay leads its own process group).
+        for (const auto& [port, f] : forwards_) ::kill(-f.pid, SIGTERM);
       }
     }
   }

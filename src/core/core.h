@@ -207,6 +207,12 @@ class Platform {
   // kConflict when the sandbox is not running (paused, suspended, creating...);
   // kUnavailable when its runtime has none on the host (microvm).
   [[nodiscard]] Result<std::string> SandboxNetNamespace(const std::string& id);
+  // For a runtime whose guest loopback the host cannot enter (microvm, gvisor): asks the
+  // sandbox's agent for a relay listening on the sandbox's own `address` that joins each
+  // connection to loopback `port` inside; returns the relay's port on `address`.
+  // kNotFound when nothing listens on that loopback port, kConflict when not running.
+  [[nodiscard]] Result<int> ForwardLoopbackPort(const std::string& id, int port,
+                                                const std::string& address);
 
   // Operations.
   [[nodiscard]] Result<store::OperationRecord> GetOperation(const std::string& id);
