@@ -88,17 +88,26 @@ class EtcdCluster {
   std::vector<std::unique_ptr<sys::ChildProcess>> members_;
 };
 
-#define REQUIRE_ETCD()                                                   \
-  if (!sys::Exists("/usr/bin/etcd")) GTEST_SKIP() << "needs etcd (etcd-server; make deps)"
+// Each test starts its own members; st() is a Store on them.
+class EtcdStoreTest : public ::testing::Test {
+ protected:
+  void Start(int members, int64_t timeout_ms = 5000) {
+    if (!sys::Exists("/usr/bin/etcd")) GTEST_SKIP() << "needs etcd (etcd-server; make deps)";
+    std::string why;
+    ASSERT_TRUE(etcd_.Start(members, &why)) << why;
+    auto s = OpenEtcd({.endpoints = etcd_.Endpoints(), .request_timeout_ms = timeout_ms});
+    ASSERT_TRUE(s) << s.error().message;
+    store_ = std::move(*s);
+  }
+  Store& st() { return *store_; }
+  EtcdCluster etcd_;
+  std::unique_ptr<Store> store_;
+};
 
-TEST(EtcdStoreTest, KeysRevisionsAndCompareAndSet) {
-  REQUIRE_ETCD();
-  EtcdCluster etcd;
-  std::string why;
-  ASSERT_TRUE(etcd.Start(1, &why)) << why;
-  auto s = OpenEtcd({.endpoints = etcd.Endpoints()});
-  ASSERT_TRUE(s) << s.error().message;
-  Store& st = **s;
+TEST_F(EtcdStoreTest, KeysRevisionsAndCompareAndSet) {
+  Start(1);
+  if (IsSkipped() || HasFatalFailure()) return;
+  Store& st = this->st();
 
   EXPECT_FALSE(*st.Get("/sb/none"));
   // Binary-safe keys and values.
@@ -151,14 +160,10 @@ TEST(EtcdStoreTest, KeysRevisionsAndCompareAndSet) {
   EXPECT_EQ(OpenEtcd({}).error().code, Errc::kInvalidArgument);
 }
 
-TEST(EtcdStoreTest, LeasesExpireTheirKeys) {
-  REQUIRE_ETCD();
-  EtcdCluster etcd;
-  std::string why;
-  ASSERT_TRUE(etcd.Start(1, &why)) << why;
-  auto s = OpenEtcd({.endpoints = etcd.Endpoints()});
-  ASSERT_TRUE(s);
-  Store& st = **s;
+TEST_F(EtcdStoreTest, LeasesExpireTheirKeys) {
+  Start(1);
+  if (IsSkipped() || HasFatalFailure()) return;
+  Store& st = this->st();
   auto lease = st.GrantLease(2);
   ASSERT_TRUE(lease) << lease.error().message;
   ASSERT_TRUE(st.Put("/nodes/n1", "alive", *lease));
@@ -214,14 +219,10 @@ struct Seen {
   }
 };
 
-TEST(EtcdStoreTest, WatchDeliversEveryChangeAfterARevisionInOrder) {
-  REQUIRE_ETCD();
-  EtcdCluster etcd;
-  std::string why;
-  ASSERT_TRUE(etcd.Start(1, &why)) << why;
-  auto s = OpenEtcd({.endpoints = etcd.Endpoints()});
-  ASSERT_TRUE(s);
-  Store& st = **s;
+TEST_F(EtcdStoreTest, WatchDeliversEveryChangeAfterARevisionInOrder) {
+  Start(1);
+  if (IsSkipped() || HasFatalFailure()) return;
+  Store& st = this->st();
   ASSERT_TRUE(st.Put("/routes/before", "x"));
   int64_t rev = 0;
   ASSERT_TRUE(st.List("/routes/", &rev));
@@ -245,19 +246,15 @@ TEST(EtcdStoreTest, WatchDeliversEveryChangeAfterARevisionInOrder) {
 
 // A watch from a revision etcd has compacted away cannot go on: on_lost says so (the
 // caller lists again), and no event is made up.
-TEST(EtcdStoreTest, WatchFromACompactedRevisionIsLost) {
-  REQUIRE_ETCD();
-  EtcdCluster etcd;
-  std::string why;
-  ASSERT_TRUE(etcd.Start(1, &why)) << why;
-  auto s = OpenEtcd({.endpoints = etcd.Endpoints()});
-  ASSERT_TRUE(s);
-  Store& st = **s;
+TEST_F(EtcdStoreTest, WatchFromACompactedRevisionIsLost) {
+  Start(1);
+  if (IsSkipped() || HasFatalFailure()) return;
+  Store& st = this->st();
   auto r1 = st.Put("/c/x", "1");
   auto r2 = st.Put("/c/x", "2");
   ASSERT_TRUE(r1 && r2);
   auto out = sys::Run({.argv = {"curl", "-sS", "--noproxy", "*", "-d", "{\"revision\":\"" + std::to_string(*r2) + "\"}",
-                                "http://" + etcd.Endpoints()[0] + "/v3/kv/compaction"}},
+                                "http://" + etcd_.Endpoints()[0] + "/v3/kv/compaction"}},
                       10000);
   ASSERT_TRUE(out && out->ok()) << (out ? out->err : out.error().message);
   Seen seen;
@@ -270,14 +267,10 @@ TEST(EtcdStoreTest, WatchFromACompactedRevisionIsLost) {
 
 // Three members: one lost changes nothing (requests and a watch go on through the others);
 // two lost is no quorum: requests fail with kUnavailable within the timeout.
-TEST(EtcdStoreTest, SurvivesAMemberAndFailsClearlyWithoutQuorum) {
-  REQUIRE_ETCD();
-  EtcdCluster etcd;
-  std::string why;
-  ASSERT_TRUE(etcd.Start(3, &why)) << why;
-  auto s = OpenEtcd({.endpoints = etcd.Endpoints(), .request_timeout_ms = 2000});
-  ASSERT_TRUE(s);
-  Store& st = **s;
+TEST_F(EtcdStoreTest, SurvivesAMemberAndFailsClearlyWithoutQuorum) {
+  Start(3, 2000);
+  if (IsSkipped() || HasFatalFailure()) return;
+  Store& st = this->st();
   int64_t rev = 0;
   ASSERT_TRUE(st.List("/w/", &rev));
   Seen seen;
@@ -285,7 +278,7 @@ TEST(EtcdStoreTest, SurvivesAMemberAndFailsClearlyWithoutQuorum) {
   ASSERT_TRUE(w);
   ASSERT_TRUE(st.Put("/w/1", "a"));
   ASSERT_TRUE(seen.WaitFor(1));
-  etcd.Kill(0);  // the endpoint tried first, and the watch's
+  etcd_.Kill(0);  // the endpoint tried first, and the watch's
   auto t0 = std::chrono::steady_clock::now();
   Result<int64_t> p = Fail(Errc::kInternal, "not tried");
   for (int i = 0; i < 50 && !p; ++i) {
@@ -295,7 +288,7 @@ TEST(EtcdStoreTest, SurvivesAMemberAndFailsClearlyWithoutQuorum) {
   ASSERT_TRUE(p) << p.error().message;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 8s);
   EXPECT_TRUE(seen.WaitFor(2, 15s)) << "the watch did not move to another member";
-  etcd.Kill(1);
+  etcd_.Kill(1);
   t0 = std::chrono::steady_clock::now();
   auto q = st.Put("/w/3", "c");
   ASSERT_FALSE(q);
