@@ -34,7 +34,7 @@ std::vector<std::pair<std::string, std::string>> PageHeaders() {
            "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"},
           {"X-Content-Type-Options", "nosniff"},
           {"X-Frame-Options", "DENY"},
-          {"Referrer-Policy", "no-referrer"},
+          {"Referrer-Policy", "same-origin"},
           {"Cache-Control", "no-cache"}};
 }
 

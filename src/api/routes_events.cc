@@ -17,6 +17,7 @@ namespace {
 
 constexpr size_t kMaxQueuedKeys = 1024;
 constexpr int64_t kKeepaliveNs = 15'000'000'000;
+constexpr std::string_view kKeepalive = ": keepalive\n\n";
 
 struct EventQueue {
   std::mutex mu;
@@ -162,7 +163,8 @@ Awaitable<bool> RouteEvents(Ctx& ctx) {
       q->wake->expires_after(std::chrono::nanoseconds(wait));
       beast::error_code ec;
       co_await q->wake->async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      if (!ec) co_await ctx.WriteChunk(": keepalive\n\n");  // timed out: nothing happened
+      // Timed out with nothing to tell (and the stream goes on): a comment keeps it open.
+      if (!ec && !(end_ns && MonotonicNanos() >= end_ns)) co_await ctx.WriteChunk(kKeepalive);
       continue;
     }
     std::string out;
