@@ -113,6 +113,32 @@ test("a new sandbox appears without reloading, and reaches running", async () =>
   await page.setViewportSize({ width: 1280, height: 720 });
 });
 
+test("create from the form, pause and resume from its row, each operation shown to its end", async () => {
+  const made = `form-${Date.now()}`;
+  await page.locator('#create-form input[name="labels"]').fill(`suite=console, made=${made}`);
+  await page.locator('#create-form input[name="timeout"]').fill("600");
+  await page.getByRole("button", { name: "Create sandbox", exact: true }).click();
+  await page.locator("#create-status", { hasText: "create: succeeded" }).waitFor({ timeout: 120000 });
+  const row = page.locator("tr[data-sandbox-id]", { hasText: `made=${made}` });
+  await row.and(page.locator('[data-state="running"]')).waitFor({ timeout: 30000 });
+  const id = await row.getAttribute("data-sandbox-id");
+  await row.locator('button[data-action="pause"]').click();
+  await page.locator(`tr[data-sandbox-id="${id}"][data-state="paused"] .op`, { hasText: "pause: succeeded" }).waitFor({ timeout: 60000 });
+  await page.locator(`tr[data-sandbox-id="${id}"] button[data-action="resume"]`).click();
+  await page.locator(`tr[data-sandbox-id="${id}"][data-state="running"] .op`, { hasText: "resume: succeeded" }).waitFor({ timeout: 60000 });
+  // A bad limit is refused by the form itself, before any request.
+  const before = requests.length;
+  await page.locator('#create-form input[name="cpus"]').fill("-2");
+  await page.getByRole("button", { name: "Create sandbox", exact: true }).click();
+  assert.equal(await page.locator('#create-form input[name="cpus"]').evaluate((e) => e.validity.valid), false);
+  assert.ok(!requests.slice(before).some((u) => u.endsWith("/v1/sandboxes")), "a create was sent");
+  await page.locator('#create-form input[name="cpus"]').fill("");
+  await shot("sandboxes-actions");
+  const del = await apiCall("DELETE", `/v1/sandboxes/${id}?wait=60s`);
+  assert.equal(del.status, 200, JSON.stringify(del.body));
+  await page.locator(`tr[data-sandbox-id="${id}"]`).waitFor({ state: "detached", timeout: 30000 });
+});
+
 test("terminal: type a command, read its output, survive a dropped connection", async () => {
   await page.locator(`tr[data-sandbox-id="${sandboxId}"] a`, { hasText: "terminal" }).click();
   await page.waitForURL(new RegExp(`/ui/sandboxes/${sandboxId}/terminal$`));
@@ -120,6 +146,11 @@ test("terminal: type a command, read its output, survive a dropped connection", 
   const rows = page.locator("#terminal .xterm-rows");
   await page.locator("#terminal").click();
   await page.keyboard.type("echo hello-$((6*7))\n");
+  // Keyboard: Escape then Tab leaves the terminal for the page.
+  await page.keyboard.press("Escape");
+  await page.keyboard.press("Tab");
+  assert.equal(await page.evaluate(() => document.activeElement.id), "terminal-close");
+  await page.locator("#terminal").click();
   await rows.filter({ hasText: "hello-42" }).waitFor({ timeout: 20000 });
   await shot("terminal");
   // A drop, then the same PTY again: nothing lost, nothing shown twice.
@@ -146,18 +177,18 @@ test("files: upload, view and download", async () => {
   await page.locator("#files tbody tr").first().waitFor({ timeout: 20000 });
   const content = `uploaded through the console ${Date.now()}\n`;
   await page.locator("#upload-input").setInputFiles({ name: "console-note.txt", mimeType: "text/plain", buffer: Buffer.from(content) });
-  await page.getByRole("button", { name: "Upload" }).click();
+  await page.getByRole("button", { name: "Upload", exact: true }).click();
   const row = page.locator('tr[data-path="/console-note.txt"]');
   await row.waitFor({ timeout: 20000 });
   const inside = await fetch(`${URL_}/v1/sandboxes/${sandboxId}/files?path=/console-note.txt`, { headers: { Authorization: `Bearer ${KEY}` } });
   assert.equal(await inside.text(), content);
-  await row.getByRole("button", { name: "console-note.txt" }).click();
+  await row.getByRole("button", { name: "console-note.txt", exact: true }).click();
   await page.locator("#file-view", { hasText: "uploaded through the console" }).waitFor();
   const [download] = await Promise.all([page.waitForEvent("download"), row.getByRole("link", { name: /download/ }).click()]);
   assert.equal(readFileSync(await download.path(), "utf8"), content);
   // A command and its output on the sandbox page.
   await page.locator("#run-cmd").fill("echo from-the-page");
-  await page.getByRole("button", { name: "Run" }).click();
+  await page.getByRole("button", { name: "Run", exact: true }).click();
   await page.locator("#command-output", { hasText: "from-the-page" }).waitFor({ timeout: 20000 });
   await page.locator("#metrics-now", { hasText: "CPU" }).waitFor({ timeout: 20000 });
   await shot("sandbox");

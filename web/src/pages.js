@@ -85,7 +85,7 @@ export async function sandboxes(root) {
     h("label", {}, "CPUs", h("input", { name: "cpus", type: "number", min: "0.1", step: "0.1", size: 4 })),
     h("label", {}, "Memory (MiB)", h("input", { name: "memory_mib", type: "number", min: "16", size: 6 })),
     h("label", {}, "Timeout (s)", h("input", { name: "timeout", type: "number", min: "0", size: 6 })),
-    h("label", {}, "Network", h("select", { name: "network" }, h("option", { value: "" }, "none (default)"), h("option", { value: "none" }, "none"), h("option", { value: "allow" }, "allow"), h("option", { value: "deny" }, "deny"))),
+    h("label", {}, "Network", h("select", { name: "network" }, h("option", { value: "" }, "none (default)"), h("option", { value: "internet" }, "internet"))),
     h("label", {}, "Labels", h("input", { name: "labels", placeholder: "k=v, k2=v2", size: 14 })),
     h("button", { type: "submit" }, "Create sandbox"));
   const createStatus = h("p", { id: "create-status", "aria-live": "polite" });
@@ -127,7 +127,7 @@ export async function sandboxes(root) {
       h("table", { id: "sandboxes" },
         h("caption", { class: "sr-only" }, "Sandboxes, updated live"),
         h("thead", {}, h("tr", {}, ...["Sandbox", "State", "Template", "Runtime", "Age", "Expires", "CPU / memory", "Labels", "Actions"].map((t, i) =>
-          h("th", { scope: "col", class: i >= 4 && i <= 7 ? "hide-narrow" : null }, t)))),
+          h("th", { scope: "col", class: i >= 2 && i <= 7 ? "hide-narrow" : null }, t)))),
         tbody)));
 
   function row(sb) {
@@ -141,8 +141,8 @@ export async function sandboxes(root) {
     return h("tr", { "data-sandbox-id": sb.id, "data-state": sb.state },
       h("td", {}, h("a", { href: `/ui/sandboxes/${encodeURIComponent(sb.id)}` }, sb.id)),
       h("td", { class: "state" }, sb.state, sb.reason ? h("span", { class: "muted" }, ` (${sb.reason})`) : null),
-      h("td", {}, sb.template),
-      h("td", {}, sb.runtime),
+      h("td", { class: "hide-narrow" }, sb.template),
+      h("td", { class: "hide-narrow" }, sb.runtime),
       h("td", { class: "hide-narrow" }, L.formatAge(now - Date.parse(sb.created_at))),
       h("td", { class: "hide-narrow" }, L.formatExpiry(sb.expires_at, now)),
       h("td", { class: "hide-narrow" }, `${lim.cpus ?? "—"} / ${L.formatBytes(lim.memory_bytes)}`),
@@ -448,7 +448,7 @@ export async function terminal(root, route) {
   const box = h("div", { id: "terminal", "aria-label": `Terminal of ${id}` });
   const closeBtn = h("button", { type: "button", id: "terminal-close" }, "End session");
   root.append(h("h1", {}, "Terminal ", h("a", { href: `/ui/sandboxes/${encodeURIComponent(id)}` }, id), " ", status), err,
-    h("p", { class: "muted" }, "Tab and arrows go to the terminal while it has focus; Escape then Tab moves on."), closeBtn, box);
+    h("p", { class: "muted", id: "terminal-help" }, "Keys, Tab included, go to the terminal while it has focus; Escape then Tab moves the focus out."), closeBtn, box);
   if (!window.Terminal) {
     showError(err, new Error("xterm.js did not load"));
     return;
@@ -480,6 +480,20 @@ export async function terminal(root, route) {
     },
   });
   window.spaceTerminal = session;  // for tests: drop() simulates a lost connection
+  // Escape then Tab leaves the terminal (which otherwise keeps Tab for the shell).
+  let escaped = false;
+  term.attachCustomKeyEventHandler((ev) => {
+    if (ev.type !== "keydown") return true;
+    if (ev.key === "Tab" && escaped) {
+      escaped = false;
+      ev.preventDefault();
+      closeBtn.focus();
+      return false;
+    }
+    escaped = ev.key === "Escape";
+    return true;
+  });
+  term.textarea?.setAttribute("aria-describedby", "terminal-help");
   term.onData((d) => session.input(d));
   term.onResize(({ cols, rows }) => session.resize(cols, rows));
   const onWin = () => { try { fit.fit(); } catch {} };

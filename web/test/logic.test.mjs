@@ -69,8 +69,8 @@ test("routes of the console's paths", () => {
 
 test("create form to request body", () => {
   assert.deepEqual(L.createRequest({ template: "", runtime: "", cpus: "", memory_mib: "", timeout: "", network: "", labels: "" }), {});
-  assert.deepEqual(L.createRequest({ template: "base", runtime: "oci", cpus: "0.5", memory_mib: "256", timeout: "600", network: "allow", labels: "team=a" }), {
-    template: "base", runtime: "oci", limits: { cpus: 0.5, memory_bytes: 268435456 }, timeout: 600, network: { mode: "allow" }, metadata: { team: "a" },
+  assert.deepEqual(L.createRequest({ template: "base", runtime: "oci", cpus: "0.5", memory_mib: "256", timeout: "600", network: "internet", labels: "team=a" }), {
+    template: "base", runtime: "oci", limits: { cpus: 0.5, memory_bytes: 268435456 }, timeout: 600, network: { mode: "internet" }, metadata: { team: "a" },
   });
   assert.throws(() => L.createRequest({ cpus: "-1" }), /positive/);
   assert.throws(() => L.createRequest({ memory_mib: "abc" }), /positive/);
