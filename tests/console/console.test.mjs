@@ -196,6 +196,17 @@ test("files: upload, view and download", async () => {
   await row.waitFor({ state: "detached", timeout: 20000 });
 });
 
+test("templates: build one from a Spacefile and read its log", async () => {
+  await page.goto(URL_ + "/ui/templates");
+  await page.getByLabel("Name").fill("console-e2e");
+  await page.getByLabel("Spacefile").fill("FROM base\nRUN echo built-by-the-console > /made.txt\n");
+  await page.getByRole("button", { name: "Build", exact: true }).click();
+  await page.locator("#build-status", { hasText: "template_build: succeeded" }).waitFor({ timeout: 180000 });
+  await page.locator("#build-log", { hasText: "RUN" }).waitFor();
+  await page.locator("main table tbody tr", { hasText: "console-e2e:latest" }).waitFor({ timeout: 20000 });
+  await shot("templates-built");
+});
+
 test("other pages render", async () => {
   for (const [path, name] of [["/ui/templates", "templates"], ["/ui/operations", "operations"], ["/ui/keys", "keys"]]) {
     await page.goto(URL_ + path);

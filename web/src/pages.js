@@ -513,7 +513,7 @@ export async function terminal(root, route) {
 export async function templates(root) {
   const err = errorBox();
   const tbody = h("tbody");
-  const log = h("pre", { class: "output", id: "build-log", tabindex: "0", "aria-label": "Build log" });
+  const log = h("pre", { class: "output", id: "build-log", tabindex: "0", "aria-label": "Build log", hidden: true });
   const status = h("p", { "aria-live": "polite", id: "build-status" });
   const form = h("form", { "aria-label": "Build a template" },
     h("div", { class: "inline" },
@@ -536,6 +536,7 @@ export async function templates(root) {
       const r = await api("POST", "/v1/templates", { json: { name: f.name, tag: f.tag || "latest", spec: f.spec } });
       let op = r.operation;
       status.textContent = L.describeOperation(op);
+      log.hidden = false;
       while (!op.done) {
         op = await api("GET", `/v1/operations/${op.id}?wait=2s`);
         status.textContent = L.describeOperation(op);
