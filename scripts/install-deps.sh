@@ -15,10 +15,13 @@ PKGS=(
   nodejs
   qemu-system-x86 qemu-utils linux-image-cloud-amd64 lz4 cpio e2fsprogs kmod
   prometheus tmux
+  chromium
   debootstrap
   etcd-server
   python3-ipykernel python3-jupyter-client python3-matplotlib python3-pytest node-acorn
 )
+# chromium: the web console's browser tests (console_e2e_test) drive Debian's build with
+# playwright-core; no browser is ever downloaded.
 # prometheus: its promtool validates GET /metrics (metrics_test). tmux: the interactive CLI
 # (space shell, exec -t) is driven in a tmux pane (cli_tty_test).
 # python3-ipykernel, python3-jupyter-client, python3-matplotlib, python3-pytest, node-acorn:

@@ -77,11 +77,18 @@ class Notifier {
   // Notify(key). Returns a handle that cancels it when destroyed.
   std::shared_ptr<void> Watch(const std::string& key, Callback cb);
   void Notify(const std::string& key);
+  // Every Notify(key) from now on, any key, until the handle is destroyed (GET /v1/events).
+  // The callback runs on the notifying thread, often with core locks held: it must only
+  // note the key and hand it elsewhere, never call back into the platform.
+  using KeyCallback = std::function<void(const std::string& key)>;
+  std::shared_ptr<void> Subscribe(KeyCallback cb);
 
  private:
   struct Entry;
+  struct Subscriber;
   std::mutex mu_;
   std::multimap<std::string, std::shared_ptr<Entry>> entries_;
+  std::vector<std::shared_ptr<Subscriber>> subscribers_;
 };
 
 struct CreateSandboxRequest {
