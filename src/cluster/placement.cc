@@ -1,0 +1,99 @@
+#include "cluster/placement.h"
+
+#include <algorithm>
+
+namespace space::cluster {
+
+NodeLoad NodeLoad::FromRecord(const std::string& name, const Json& rec) {
+  NodeLoad n;
+  n.name = name;
+  n.free_memory = JsonIntOr(rec, "free_memory", 0);
+  n.total_memory = std::max(n.free_memory, JsonIntOr(rec, "total_memory", 0));
+  n.free_cpu_millis = JsonIntOr(rec, "free_cpu_millis", 0);
+  n.cpus = std::max<int64_t>(1, JsonIntOr(rec, "cpus", 1));
+  n.accepting = JsonBoolOr(rec, "accepting", true);
+  n.load_seq = JsonIntOr(rec, "load_seq", 0);
+  if (const Json* r = JsonField(rec, "runtimes"); r && r->is_array()) {
+    for (const Json& x : *r)
+      if (x.is_string()) n.runtimes.push_back(x.get<std::string>());
+  }
+  if (const Json* l = JsonField(rec, "labels"); l && l->is_object()) {
+    for (const auto& [k, v] : l->items())
+      if (v.is_string()) n.labels[k] = v.get<std::string>();
+  }
+  return n;
+}
+
+std::vector<std::string> Placer::Candidates(const std::vector<NodeLoad>& nodes,
+                                            const PlacementRequest& req, std::string* why) {
+  std::lock_guard l(mu_);
+  struct Fit {
+    std::string name;
+    double load;  // the share of the node's memory and CPU in use after this request
+  };
+  std::vector<Fit> fits;
+  bool any_runtime = false, any_labels = false, any_accepting = false;
+  for (const NodeLoad& n : nodes) {
+    if (!n.accepting) continue;
+    any_accepting = true;
+    if (!req.runtime.empty() &&
+        std::find(n.runtimes.begin(), n.runtimes.end(), req.runtime) == n.runtimes.end())
+      continue;
+    any_runtime = true;
+    bool labels = true;
+    for (const auto& [k, v] : req.labels) {
+      auto it = n.labels.find(k);
+      labels = labels && it != n.labels.end() && it->second == v;
+    }
+    if (!labels) continue;
+    any_labels = true;
+    int64_t mem = n.free_memory, cpu = n.free_cpu_millis;
+    if (auto r = reserved_.find(n.name); r != reserved_.end()) {
+      if (r->second.load_seq >= n.load_seq) {
+        mem -= r->second.memory;
+        cpu -= r->second.cpu;
+      } else {
+        reserved_.erase(r);  // the node's newer figures include what was placed there
+      }
+    }
+    if (mem < req.memory_bytes || (req.cpu_millis > 0 && cpu < req.cpu_millis)) continue;
+    const double total_cpu = static_cast<double>(n.cpus) * 1000.0;
+    const double cpu_used = 1.0 - static_cast<double>(cpu - req.cpu_millis) / total_cpu;
+    const double mem_used =
+        n.total_memory > 0 ? 1.0 - static_cast<double>(mem - req.memory_bytes) / static_cast<double>(n.total_memory) : 0.0;
+    fits.push_back({n.name, (cpu_used + mem_used) / 2});
+  }
+  if (fits.empty()) {
+    if (why) {
+      *why = !any_accepting ? "no node is accepting sandboxes"
+             : !any_runtime ? "no node runs the " + req.runtime + " runtime"
+             : !any_labels  ? "no node has the labels asked for"
+                            : "no node has room for the memory and CPU asked for";
+    }
+    return {};
+  }
+  std::shuffle(fits.begin(), fits.end(), rng_);
+  if (static_cast<int>(fits.size()) > k_) fits.resize(static_cast<size_t>(k_));
+  std::stable_sort(fits.begin(), fits.end(), [](const Fit& a, const Fit& b) { return a.load < b.load; });
+  std::vector<std::string> out;
+  for (auto& f : fits) out.push_back(std::move(f.name));
+  return out;
+}
+
+void Placer::Reserve(const std::string& node, int64_t load_seq, const PlacementRequest& req) {
+  std::lock_guard l(mu_);
+  Reserved& r = reserved_[node];
+  if (r.load_seq < load_seq) r = Reserved{load_seq, 0, 0};
+  r.memory += req.memory_bytes;
+  r.cpu += req.cpu_millis;
+}
+
+void Placer::Release(const std::string& node, const PlacementRequest& req) {
+  std::lock_guard l(mu_);
+  auto it = reserved_.find(node);
+  if (it == reserved_.end()) return;
+  it->second.memory = std::max<int64_t>(0, it->second.memory - req.memory_bytes);
+  it->second.cpu = std::max<int64_t>(0, it->second.cpu - req.cpu_millis);
+}
+
+}  // namespace space::cluster
