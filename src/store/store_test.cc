@@ -697,6 +697,7 @@ TEST_F(StoreTest, MigrationThreeAddsApiKeysToAVersionTwoDatabase) {
   ASSERT_TRUE(store_->PutSetting("kept", "yes"));
   store_.reset();
   RawExec(path_, "DROP TABLE api_keys");
+  RawExec(path_, "DROP TABLE volumes");
   RawExec(path_, "PRAGMA user_version = 2");
   Reopen();
   EXPECT_EQ(store_->GetSetting("kept")->value_or(""), "yes");

@@ -33,6 +33,14 @@ std::vector<std::string> MountsLike(const std::string& data_dir, const std::stri
   return out;
 }
 
+// The binds of volumes into sandbox bundles (bundle/vol-N), not the volumes' own mounts.
+std::vector<std::string> BundleVolumeBinds(const std::string& data_dir) {
+  std::vector<std::string> out;
+  for (const auto& m : MountsLike(data_dir, "/vol-"))
+    if (m.find("/volumes/") == std::string::npos) out.push_back(m);
+  return out;
+}
+
 struct Reply {
   int status = 0;
   Json json;
@@ -89,7 +97,7 @@ TEST_F(VolumeTest, CreateListGetDeleteAndBadInput) {
   EXPECT_TRUE(listed) << list.body;
 
   // Bad input: 400 with the error shape, nothing created.
-  for (const std::string bad : {R"({"name":""})", R"({"name":"a/b"})", R"({"name":"../x"})",
+  for (const std::string& bad : std::vector<std::string>{R"({"name":""})", R"({"name":"a/b"})", R"({"name":"../x"})",
                                 R"({"name":"vol-1"})", R"({"name":"-x"})", R"({"name":7})",
                                 R"({"name":"ok","size_bytes":1024})", R"({"name":"ok","size_bytes":-5})",
                                 R"({"name":"ok","size":1})", R"({})", R"([1])", "not json",
@@ -218,7 +226,7 @@ TEST_F(VolumeTest, FileRoutesWorkWithoutASandboxAndStayInside) {
   EXPECT_EQ(Sh(sb, "cat /v/escape").out, "x");
   Sh(sb, "ln -s /etc/passwd /v/passwd; ln -s ../../../../../../etc /v/etc-up; ln -s / /v/root;"
          " ln -s /proc/self/root /v/proc-root");
-  for (const std::string p : {"/passwd", "/etc-up/passwd", "/root/etc/passwd", "/proc-root/etc/passwd",
+  for (const std::string& p : std::vector<std::string>{"/passwd", "/etc-up/passwd", "/root/etc/passwd", "/proc-root/etc/passwd",
                               "/../etc/passwd", "/%2E%2E/etc/passwd"}) {
     auto r = Req(c(), "GET", "/v1/volumes/files/files?path=" + (p.find('%') != std::string::npos ? p : UrlPath(p)));
     EXPECT_NE(r.status, 200) << p << " read: " << r.body.substr(0, 200);
@@ -250,7 +258,7 @@ TEST_F(VolumeTest, BadMountsAreRefusedAtCreate) {
   auto one = [](const std::string& name, const std::string& path) {
     return Json{{"volumes", Json::array({{{"name", name}, {"path", path}}})}};
   };
-  for (const std::string p : {"relative", "/", "/proc", "/proc/x", "/sys/fs", "/dev", "/.space",
+  for (const std::string& p : std::vector<std::string>{"relative", "/", "/proc", "/proc/x", "/sys/fs", "/dev", "/.space",
                               "/a/../b", "/a/", "//a", "/a/./b", "/etc/resolv.conf"}) {
     auto r = create(one("mounts", p));
     EXPECT_EQ(r.status, 400) << p << ": " << r.body;
@@ -370,9 +378,9 @@ TEST(VolumeRecoveryTest, KillNineKeepsMountsAndDataAndNothingLeaksAfterDelete) {
     ASSERT_TRUE(r && r->exit_code == 0);
     ids.push_back(id);
   }
-  EXPECT_EQ(MountsLike(d.data_dir(), "/vol-").size(), 6u);
+  EXPECT_EQ(BundleVolumeBinds(d.data_dir()).size(), 6u);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(c.DeleteSandboxAndWait(ids[i], 60s));
-  EXPECT_EQ(MountsLike(d.data_dir(), "/vol-").size(), 3u);  // the bundles' binds went
+  EXPECT_EQ(BundleVolumeBinds(d.data_dir()).size(), 3u);  // the bundles' binds went
 
   d.Kill();  // SIGKILL: sandboxes keep running with their mounts
   ASSERT_TRUE(d.Start());
@@ -388,7 +396,7 @@ TEST(VolumeRecoveryTest, KillNineKeepsMountsAndDataAndNothingLeaksAfterDelete) {
   EXPECT_EQ(Req(c2, "GET", "/v1/volumes/durable/files?path=/again-4").body, "again-4\n");
   EXPECT_EQ(Req(c2, "DELETE", "/v1/volumes/durable").status, 409);
   for (int i = 3; i < 6; ++i) ASSERT_TRUE(c2.DeleteSandboxAndWait(ids[i], 60s));
-  EXPECT_TRUE(MountsLike(d.data_dir(), "/vol-").empty());
+  EXPECT_TRUE(BundleVolumeBinds(d.data_dir()).empty());
   // Only the volume's own mount is left, and it goes with the volume.
   EXPECT_EQ(sys::MountsUnder(d.data_dir()).size(), mounts0 + 1);
   EXPECT_EQ(Req(c2, "DELETE", "/v1/volumes/durable").status, 200);

@@ -68,7 +68,7 @@ Json EntryStat(const Json& e) {
 Awaitable<void> ReplyStat(Ctx& ctx, const std::string& vol, const std::string& path) {
   core::Platform* p = ctx.platform;
   Json req = {{"path", path}};
-  auto st = co_await ctx.Blocking([p, vol, req] { return p->VolumeFileOp(vol, "stat", req); });
+  auto st = co_await ctx.Blocking([&] { return p->VolumeFileOp(vol, "stat", req); });
   if (!st) {
     co_await ReplyVolumeError(ctx, st.error());
     co_return;
@@ -102,7 +102,7 @@ Awaitable<void> ServeContent(Ctx& ctx, const std::string& vol, const std::string
       co_return;
     }
     Json req = {{"path", path}, {"depth", depth}};
-    auto r = co_await ctx.Blocking([p, vol, req] { return p->VolumeFileOp(vol, "list", req); });
+    auto r = co_await ctx.Blocking([&] { return p->VolumeFileOp(vol, "list", req); });
     if (!r) {
       co_await ReplyVolumeError(ctx, r.error());
       co_return;
@@ -114,7 +114,7 @@ Awaitable<void> ServeContent(Ctx& ctx, const std::string& vol, const std::string
   }
   if (what == "dir" && ctx.method == "POST") {
     Json req = {{"path", path}, {"parents", true}, {"mode", mode < 0 ? 0755 : mode}};
-    auto r = co_await ctx.Blocking([p, vol, req] { return p->VolumeFileOp(vol, "mkdir", req); });
+    auto r = co_await ctx.Blocking([&] { return p->VolumeFileOp(vol, "mkdir", req); });
     if (!r) {
       co_await ReplyVolumeError(ctx, r.error());
       co_return;
@@ -128,7 +128,7 @@ Awaitable<void> ServeContent(Ctx& ctx, const std::string& vol, const std::string
   }
   if (what == "path" && ctx.method == "DELETE") {
     Json req = {{"path", path}, {"recursive", true}};
-    auto r = co_await ctx.Blocking([p, vol, req] { return p->VolumeFileOp(vol, "remove", req); });
+    auto r = co_await ctx.Blocking([&] { return p->VolumeFileOp(vol, "remove", req); });
     if (!r) {
       co_await ReplyVolumeError(ctx, r.error());
       co_return;
@@ -144,7 +144,7 @@ Awaitable<void> ServeContent(Ctx& ctx, const std::string& vol, const std::string
     std::string out;
     for (int64_t off = 0;;) {
       Json req = {{"path", path}, {"offset", off}, {"length", core::kFileChunkBytes}};
-      auto r = co_await ctx.Blocking([p, vol, req] { return p->VolumeFileOp(vol, "read", req); });
+      auto r = co_await ctx.Blocking([&] { return p->VolumeFileOp(vol, "read", req); });
       if (!r) {
         co_await ReplyVolumeError(ctx, r.error());
         co_return;
@@ -172,7 +172,7 @@ Awaitable<void> ServeContent(Ctx& ctx, const std::string& vol, const std::string
         Json req = {{"path", path}, {"offset", off}, {"truncate", off == 0}, {"mode", file_mode},
                     {"create_parents", true}};
         auto r = co_await ctx.Blocking(
-            [p, vol, req, part] { return p->VolumeFileOp(vol, "write", req, part); });
+            [&] { return p->VolumeFileOp(vol, "write", req, part); });
         if (!r) co_return tl::unexpected(r.error());
         wrote = true;
         off += n;
@@ -223,7 +223,7 @@ Awaitable<bool> RouteVolumes(Ctx& ctx) {
       co_return true;
     }
     const std::string name = n->get<std::string>();
-    auto v = co_await ctx.Blocking([p, name] { return p->CreateVolume(name, 0); });
+    auto v = co_await ctx.Blocking([&] { return p->CreateVolume(name, 0); });
     if (!v) {
       co_await ReplyVolumeError(ctx, v.error());
       co_return true;
@@ -232,7 +232,7 @@ Awaitable<bool> RouteVolumes(Ctx& ctx) {
     co_return true;
   }
   if (s.size() == 1 && ctx.method == "GET") {
-    auto list = co_await ctx.Blocking([p] { return p->ListVolumes(); });
+    auto list = co_await ctx.Blocking([&] { return p->ListVolumes(); });
     if (!list) {
       co_await ReplyVolumeError(ctx, list.error());
       co_return true;
@@ -245,7 +245,7 @@ Awaitable<bool> RouteVolumes(Ctx& ctx) {
   if (s.size() != 2) co_return false;
   const std::string vol = s[1];
   if (ctx.method == "GET") {
-    auto v = co_await ctx.Blocking([p, vol] { return p->GetVolume(vol); });
+    auto v = co_await ctx.Blocking([&] { return p->GetVolume(vol); });
     if (!v) {
       co_await ReplyVolumeError(ctx, v.error());
       co_return true;
@@ -254,7 +254,7 @@ Awaitable<bool> RouteVolumes(Ctx& ctx) {
     co_return true;
   }
   if (ctx.method == "DELETE") {
-    auto st = co_await ctx.Blocking([p, vol] { return p->DeleteVolume(vol); });
+    auto st = co_await ctx.Blocking([&] { return p->DeleteVolume(vol); });
     if (!st) {
       co_await ReplyVolumeError(ctx, st.error());
       co_return true;
