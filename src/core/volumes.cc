@@ -265,6 +265,10 @@ Result<std::pair<Json, std::string>> Platform::VolumeFileOp(const std::string& i
   if (!fs) return tl::unexpected(fs.error());
   FsIdentity as_root_inside(config_.uid_shift, config_.uid_shift);
   auto r = fs->Handle(op, req, body);
+  if (!r && (r.error().sys_errno == ENOSPC || r.error().sys_errno == EDQUOT))
+    return Fail(Errc::kInsufficientStorage,
+                "volume " + v->name + " is full (its quota is " + std::to_string(v->size_bytes) +
+                    " bytes): " + r.error().message);
   if (!r) return tl::unexpected(r.error());
   Json& j = r->json;
   j.erase("ok");
