@@ -39,8 +39,8 @@ std::string TokenFor(const Ctx& ctx) {
   return key.empty() ? BearerOf(ctx) : key;
 }
 
-Json VolumeAndToken(const Ctx& ctx, const store::VolumeRecord& v) {
-  return {{"volumeID", v.id}, {"name", v.name}, {"token", TokenFor(ctx)}};
+Json VolumeAndToken(const std::string& token, const store::VolumeRecord& v) {
+  return {{"volumeID", v.id}, {"name", v.name}, {"token", token}};
 }
 
 // SPACE's ENTRY (docs/agent-protocol.md) as E2B's VolumeEntryStat.
@@ -211,6 +211,8 @@ Awaitable<bool> RouteVolumes(Ctx& ctx) {
     co_await ReplyVolumeError(ctx, 401, "missing or invalid API key (X-API-KEY)");
     co_return true;
   }
+  // Taken before any body is read: reading it moves the request's headers away.
+  const std::string token = TokenFor(ctx);
   if (s.size() == 1 && ctx.method == "POST") {
     auto body = co_await ctx.ReadJson();
     if (!body) {
@@ -228,7 +230,7 @@ Awaitable<bool> RouteVolumes(Ctx& ctx) {
       co_await ReplyVolumeError(ctx, v.error());
       co_return true;
     }
-    co_await ctx.Reply(201, VolumeAndToken(ctx, *v));
+    co_await ctx.Reply(201, VolumeAndToken(token, *v));
     co_return true;
   }
   if (s.size() == 1 && ctx.method == "GET") {
@@ -250,7 +252,7 @@ Awaitable<bool> RouteVolumes(Ctx& ctx) {
       co_await ReplyVolumeError(ctx, v.error());
       co_return true;
     }
-    co_await ctx.Reply(200, VolumeAndToken(ctx, *v));
+    co_await ctx.Reply(200, VolumeAndToken(token, *v));
     co_return true;
   }
   if (ctx.method == "DELETE") {
