@@ -236,13 +236,13 @@ def test_volume_answers_validate(api):
         got = api.call("GET", "/volumes/{volumeID}", params=ev, auth=False, headers=e2b, expect=200).json()
         bearer = {"Authorization": f"Bearer {got['token']}"}
         api.call("PUT", "/volumecontent/{volumeID}/file", params=ev, query={"path": "/e2b.txt"}, auth=False,
-                 headers=bearer, body=b"e2b", content_type="application/octet-stream", expect=200)
+                 headers=bearer, body=b"e2b", content_type="application/octet-stream", expect=201)
         assert api.call("GET", "/volumecontent/{volumeID}/file", params=ev, query={"path": "/e2b.txt"},
                         auth=False, headers=bearer, expect=200).body == b"e2b"
         api.call("GET", "/volumecontent/{volumeID}/path", params=ev, query={"path": "/e2b.txt"}, auth=False, headers=bearer, expect=200)
         api.call("PATCH", "/volumecontent/{volumeID}/path", params=ev, query={"path": "/e2b.txt"}, auth=False,
                  headers=bearer, body={"mode": 420}, expect=400)
-        api.call("POST", "/volumecontent/{volumeID}/dir", params=ev, query={"path": "/dd"}, auth=False, headers=bearer, expect=200)
+        api.call("POST", "/volumecontent/{volumeID}/dir", params=ev, query={"path": "/dd"}, auth=False, headers=bearer, expect=201)
         api.call("GET", "/volumecontent/{volumeID}/dir", params=ev, query={"path": "/"}, auth=False, headers=bearer, expect=200)
         api.call("DELETE", "/volumecontent/{volumeID}/path", params=ev, query={"path": "/dd"}, auth=False, headers=bearer, expect=204)
         api.call("GET", "/volumecontent/{volumeID}/dir", params=ev, auth=False, expect=401)

@@ -65,7 +65,7 @@ Json EntryStat(const Json& e) {
 
 // A file op whose answer is the entry at `path` afterwards (E2B answers write and mkdir
 // with the new entry's stat).
-Awaitable<void> ReplyStat(Ctx& ctx, const std::string& vol, const std::string& path) {
+Awaitable<void> ReplyStat(Ctx& ctx, const std::string& vol, const std::string& path, int status = 200) {
   core::Platform* p = ctx.platform;
   Json req = {{"path", path}};
   auto st = co_await ctx.Blocking([&] { return p->VolumeFileOp(vol, "stat", req); });
@@ -74,7 +74,7 @@ Awaitable<void> ReplyStat(Ctx& ctx, const std::string& vol, const std::string& p
     co_return;
   }
   Json entry = EntryStat(st->first.value("entry", Json::object()));
-  co_await ctx.Reply(200, entry);
+  co_await ctx.Reply(status, entry);
 }
 
 Awaitable<void> ServeContent(Ctx& ctx, const std::string& vol, const std::string& what) {
@@ -119,7 +119,7 @@ Awaitable<void> ServeContent(Ctx& ctx, const std::string& vol, const std::string
       co_await ReplyVolumeError(ctx, r.error());
       co_return;
     }
-    co_await ReplyStat(ctx, vol, path);
+    co_await ReplyStat(ctx, vol, path, 201);
     co_return;
   }
   if (what == "path" && ctx.method == "GET") {
@@ -186,7 +186,7 @@ Awaitable<void> ServeContent(Ctx& ctx, const std::string& vol, const std::string
       co_await ReplyVolumeError(ctx, st.error());
       co_return;
     }
-    co_await ReplyStat(ctx, vol, path);
+    co_await ReplyStat(ctx, vol, path, 201);
     co_return;
   }
   co_await ReplyVolumeError(ctx, 404, "no route " + ctx.method + " " + ctx.path);
