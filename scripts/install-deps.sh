@@ -15,15 +15,20 @@ PKGS=(
   nodejs
   qemu-system-x86 qemu-utils linux-image-cloud-amd64 lz4 cpio e2fsprogs kmod
   prometheus tmux
+  chromium
   debootstrap
+  etcd-server
   python3-ipykernel python3-jupyter-client python3-matplotlib python3-pytest node-acorn
 )
+# chromium: the web console's browser tests (console_e2e_test) drive Debian's build with
+# playwright-core; no browser is ever downloaded.
 # prometheus: its promtool validates GET /metrics (metrics_test). tmux: the interactive CLI
 # (space shell, exec -t) is driven in a tmux pane (cli_tty_test).
 # python3-ipykernel, python3-jupyter-client, python3-matplotlib, python3-pytest, node-acorn:
 # the code-interpreter kernel runner (templates/code-interpreter) and its suite (kernel_test).
 # debootstrap: spaced makes the debian:bookworm built-in template with it (templates/,
 # docs/templates.md), the base of python and code-interpreter.
+# etcd-server: the cluster's shared state (src/cluster, etcd_test; docs/cluster.md).
 # runsc: gVisor, for the shipped gvisor runtime plugin (plugins/runtime/gvisor).
 # python3-venv: the Python SDK tests make a venv with /usr/bin/python3 (tests/python/venv.sh).
 # npm (the E2B SDK compatibility tests install the pinned SDK with `npm ci`): Debian's
@@ -45,3 +50,9 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+# Debian's etcd-server starts a system etcd on :2379 when installed. SPACE runs its own
+# members (scripts/devcluster.sh, the tests): the one installed here is stopped and left
+# disabled, unless it was there before.
+if [[ " ${missing[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ]; then
+  $SUDO systemctl disable --now etcd >/dev/null 2>&1 || true
+fi

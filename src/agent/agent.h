@@ -85,6 +85,7 @@ class Agent {
   void StartExec(uint32_t request, const Json& req);
   void SignalOp(uint32_t request, const Json& req);
   void ResizeOp(uint32_t request, const Json& req);
+  void ForwardOp(uint32_t request, const Json& req);
 
   // Commands.
   void OnExecStatus(Command& c);
@@ -124,6 +125,12 @@ class Agent {
 
   std::map<uint32_t, std::unique_ptr<Command>> commands_;  // by stream
   std::unordered_map<pid_t, uint32_t> pids_;               // unreaped main pids
+  struct Forward {
+    pid_t pid;
+    int listen_port;
+    std::string address;
+  };
+  std::map<int, Forward> forwards_;  // relays by loopback port (agent/forward.h)
   bool shutting_down_ = false;
   int64_t shutdown_deadline_ns_ = 0;
   bool shutdown_killed_ = false;

@@ -1,10 +1,12 @@
 // Drives the real space-agent binary over its unix socket with a small client built on
 // protocol.h: commands, durable output and flow control, reconnects, file operations and
 // confinement, and robustness against malformed input.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -1151,6 +1153,119 @@ TEST_F(AgentTest, SigtermStopsCommandsThenTheAgent) {
   EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << *st;
   EXPECT_LT(NowMs() - t0, 3000);
   EXPECT_EQ(ProcState(sleeper), 0);
+}
+
+namespace {
+// A TCP listener on 127.0.0.1 (port chosen by the kernel); -1 on failure.
+int ListenLoopback(int* port) {
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (s < 0 || ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) < 0 || ::listen(s, 8) < 0 ||
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) < 0)
+    return -1;
+  *port = ntohs(a.sin_port);
+  return s;
+}
+
+int ConnectLoopbackPort(int port) {
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct timeval tv = {10, 0};  // a broken relay fails the test rather than hanging it
+  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) < 0) {
+    ::close(s);
+    return -1;
+  }
+  return s;
+}
+
+std::string ReadToEnd(int fd) {
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+}  // namespace
+
+// op forward (agent/forward.h): a relay on the given address joins connections to a
+// service on loopback; one relay per port, half-closes passed on, large bodies both ways,
+// a clear error when nothing listens, and no relay left once the agent stops.
+TEST_F(AgentTest, ForwardRelaysToALoopbackService) {
+  int svc_port = 0;
+  sys::UniqueFd svc(ListenLoopback(&svc_port));
+  ASSERT_GE(svc.get(), 0);
+  // The service: for each connection (the agent's probe for a listener is one too),
+  // everything read up to the client's half-close, back with a prefix.
+  std::thread server([&] {
+    for (;;) {
+      int c = ::accept(svc.get(), nullptr, nullptr);
+      if (c < 0) return;
+      std::string got = ReadToEnd(c);
+      (void)sys::WriteAll(c, "echo:" + got);
+      ::close(c);
+    }
+  });
+  StartAgent();
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  auto r = Call(*c, {{"op", "forward"}, {"port", svc_port}, {"address", "127.0.0.1"}});
+  ASSERT_EQ(ErrorCode(r.json), "ok") << r.json.dump();
+  const int relay = static_cast<int>(JsonIntOr(r.json, "port", 0));
+  ASSERT_GT(relay, 0);
+  EXPECT_NE(relay, svc_port);
+  const std::string big(3 << 20, 'q');  // larger than any buffer on the way
+  for (const std::string& body : {std::string("abc"), big, std::string()}) {
+    sys::UniqueFd s(ConnectLoopbackPort(relay));
+    ASSERT_GE(s.get(), 0);
+    std::thread writer([&] {
+      (void)sys::WriteAll(s.get(), body);
+      ::shutdown(s.get(), SHUT_WR);
+    });
+    std::string back = ReadToEnd(s.get());
+    writer.join();
+    EXPECT_EQ(back.size(), body.size() + 5);
+    EXPECT_TRUE(back == "echo:" + body) << back.substr(0, 40);
+  }
+  // Asked again: the same relay.
+  r = Call(*c, {{"op", "forward"}, {"port", svc_port}, {"address", "127.0.0.1"}});
+  EXPECT_EQ(JsonIntOr(r.json, "port", 0), relay) << r.json.dump();
+  ::shutdown(svc.get(), SHUT_RDWR);  // ends the server's accept
+  server.join();
+  // Nothing listening, a bad port, a bad address: errors, and the agent goes on.
+  svc.Reset();
+  r = Call(*c, {{"op", "forward"}, {"port", svc_port}, {"address", "127.0.0.1"}});
+  EXPECT_EQ(ErrorCode(r.json), "not_found") << r.json.dump();
+  r = Call(*c, {{"op", "forward"}, {"port", 70000}, {"address", "127.0.0.1"}});
+  EXPECT_EQ(ErrorCode(r.json), "invalid_argument") << r.json.dump();
+  int other_port = 0;
+  sys::UniqueFd other(ListenLoopback(&other_port));
+  ASSERT_GE(other.get(), 0);
+  r = Call(*c, {{"op", "forward"}, {"port", other_port}, {"address", "not-an-address"}});
+  EXPECT_EQ(ErrorCode(r.json), "invalid_argument") << r.json.dump();
+  EXPECT_EQ(Call(*c, {{"op", "ping"}}).json["ok"], true);
+  // The agent stops: so does its relay.
+  ::kill(agent_.pid(), SIGTERM);
+  auto st = agent_.Wait();
+  ASSERT_TRUE(st);
+  agent_.Release();
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << *st;
+  int left = -1;
+  for (int i = 0; i < 50; ++i) {
+    left = ConnectLoopbackPort(relay);
+    if (left < 0) break;
+    ::close(left);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_LT(left, 0) << "the relay outlived the agent";
 }
 
 // --fd mode (a serial port in microVMs): the agent speaks on an inherited stream; when

@@ -2,6 +2,7 @@
 // The one place that decides: kAccessRules maps every route to the scopes it needs.
 #include <array>
 
+#include "api/console_sessions.h"
 #include "api/http.h"
 
 namespace space::api {
@@ -61,6 +62,7 @@ const AccessRule kAccessRules[] = {
     {"GET", "/v1/sandboxes/{sb}/commands/{cid}/output", kCommandsRead, kCommandBound},
     {"POST", "/v1/sandboxes/{sb}/commands/{cid}/stdin", kCommandsWrite, kCommandBound},
     {"POST", "/v1/sandboxes/{sb}/commands/{cid}/signal", kCommandsWrite, kCommandBound},
+    {"GET", "/v1/sandboxes/{sb}/commands/{cid}/terminal", kCommandsWrite, kCommandBound},
     {"DELETE", "/v1/sandboxes/{sb}/commands/{cid}/output", kCommandsWrite},
     // Files.
     {"GET", "/v1/sandboxes/{sb}/files", kFilesRead},
@@ -140,13 +142,31 @@ Awaitable<void> Deny(Ctx& ctx, int status, std::string message) {
 }
 
 // The credential: "Authorization: Bearer X", else the X-API-Key header (what E2B SDKs
-// send). Empty if neither.
+// send), else a WebSocket subprotocol "space-auth.X" (browsers cannot set headers on a
+// WebSocket, and a URL would leak it to logs). Empty if none.
 std::string Credential(const Ctx& ctx) {
   std::string auth = ctx.Header(http::field::authorization);
   const std::string prefix = "Bearer ";
   if (auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0)
     return auth.substr(prefix.size());
-  return ctx.Header(std::string_view("X-API-Key"));
+  std::string key = ctx.Header(std::string_view("X-API-Key"));
+  if (!key.empty()) return key;
+  const std::string protocols = ctx.Header(http::field::sec_websocket_protocol);
+  const std::string_view tag = "space-auth.";
+  for (size_t pos = 0; pos < protocols.size();) {
+    size_t end = protocols.find(',', pos);
+    if (end == std::string::npos) end = protocols.size();
+    std::string_view item(protocols.data() + pos, end - pos);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (item.substr(0, tag.size()) == tag) return std::string(item.substr(tag.size()));
+    pos = end + 1;
+  }
+  return "";
+}
+
+bool Mutating(const std::string& method) {
+  return method != "GET" && method != "HEAD" && method != "OPTIONS";
 }
 
 bool SandboxGone(const store::SandboxRecord& sb) {
@@ -181,6 +201,36 @@ Awaitable<bool> Authorize(Ctx& ctx) {
   }
   std::string cred = Credential(ctx);
   if (cred.empty()) {
+    // The web console's session cookie (docs/console.md): an operator, as the key it
+    // logged in with, while that key lives. Changes need the session's CSRF token, and a
+    // WebSocket (which no CSRF header can ride on) the page's own origin.
+    auto cookie = CookieValue(ctx.Header(http::field::cookie), kSessionCookie);
+    if (cookie && ctx.sessions) {
+      auto session = ctx.sessions->Find(*cookie, NowUnixMillis() / 1000);
+      if (!session) {
+        co_await Deny(ctx, 401, "console session expired or unknown: log in again");
+        co_return false;
+      }
+      auto key = p->FindApiKey(session->key);
+      if (!key) {
+        ctx.sessions->Remove(session->id);
+        co_await Deny(ctx, 401, "the API key of this console session was revoked: log in again");
+        co_return false;
+      }
+      if (Mutating(ctx.method) &&
+          !auth::SecretEquals(ctx.Header(std::string_view(kCsrfHeader)), session->csrf)) {
+        co_await Deny(ctx, 403, "missing or wrong X-CSRF-Token for a console session");
+        co_return false;
+      }
+      const bool upgrade = !ctx.Header(http::field::upgrade).empty();
+      if (upgrade && !SameOrigin(ctx.Header(http::field::origin), ctx.Header(http::field::host))) {
+        co_await Deny(ctx, 403, "a console session's WebSocket must come from the console's own origin");
+        co_return false;
+      }
+      ctx.principal.kind = Principal::Kind::kOperator;
+      ctx.principal.key_name = key->name;
+      co_return true;
+    }
     co_await Deny(ctx, 401, "missing API key or token (Authorization: Bearer KEY)");
     co_return false;
   }

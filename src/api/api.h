@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,10 @@ struct ServerOptions {
   // Browser origins ("https://host[:port]", exact) that may use POST /mcp besides loopback
   // and the listen address (spaced --mcp-allow-origin).
   std::vector<std::string> mcp_allowed_origins;
+  // The web console (docs/console.md): its files by path under /ui ("/index.html" ->
+  // bytes), as the daemon loaded them at start; empty = no console (/ui/ says so).
+  std::map<std::string, std::string> console_assets;
+  bool console_secure_cookies = false;  // cookies marked Secure (spaced behind a TLS proxy)
   int io_threads = 2;
   int blocking_threads = 16;
   size_t max_json_body = 1 << 20;

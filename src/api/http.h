@@ -38,7 +38,8 @@ using tcp = asio::ip::tcp;
 template <class T>
 using Awaitable = asio::awaitable<T>;
 
-class HttpMetrics;  // api/metrics.h
+class HttpMetrics;      // api/metrics.h
+class ConsoleSessions;  // api/console_sessions.h
 
 struct Ctx {
   core::Platform* platform;
@@ -57,6 +58,7 @@ struct Ctx {
   int status = 0;                       // of the response, once started (for metrics)
   std::string route;                    // the route label, when not RouteLabel(segments)
   HttpMetrics* http_metrics = nullptr;  // the server's counters
+  ConsoleSessions* sessions = nullptr;  // the web console's logins
 
   const http::request<http::empty_body>& req() const { return parser->get(); }
   std::string Query(const std::string& key, const std::string& def = "") const;
@@ -210,6 +212,14 @@ Awaitable<bool> RoutePorts(Ctx& ctx);
 Awaitable<void> RoutePortTraffic(Ctx& ctx, const std::string& sandbox_id, int port);
 // POST /mcp (routes_mcp.cc, docs/mcp.md): checks Origin, then authorizes itself.
 Awaitable<bool> RouteMcp(Ctx& ctx);
+// The web console under /ui/ (routes_console.cc): its pages, login, logout; outside the
+// route table, before authorization (it authenticates its own way).
+Awaitable<bool> RouteConsole(Ctx& ctx);
+// GET /v1/events: server-sent events of sandbox and operation changes (routes_events.cc).
+Awaitable<bool> RouteEvents(Ctx& ctx);
+// GET /v1/sandboxes/{id}/commands/{command_id}/terminal: a WebSocket to a command's
+// terminal (routes_terminal.cc). Before RouteCommands, which answers the rest of that path.
+Awaitable<bool> RouteTerminal(Ctx& ctx);
 // GET /metrics and GET /v1/sandboxes/{id}/metrics (metrics.cc, after Authorize).
 Awaitable<bool> RouteMetrics(Ctx& ctx);
 

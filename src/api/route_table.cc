@@ -67,6 +67,8 @@ constexpr RouteEntry kRoutes[] = {
     {"DELETE", "/v1/snapshots/{snapshot_id}", Surface::kV1},
     {"GET", "/v1/operations", Surface::kV1},
     {"GET", "/v1/operations/{operation_id}", Surface::kV1},
+    // Server-sent events of sandbox and operation changes (routes_events.cc, docs/console.md).
+    {"GET", "/v1/events", Surface::kV1},
     // Commands (routes_commands.cc).
     {"GET", "/v1/sandboxes/{id}/commands", Surface::kV1},
     {"POST", "/v1/sandboxes/{id}/commands", Surface::kV1},
@@ -76,6 +78,8 @@ constexpr RouteEntry kRoutes[] = {
     {"POST", "/v1/sandboxes/{id}/commands/{command_id}/stdin", Surface::kV1},
     {"POST", "/v1/sandboxes/{id}/commands/{command_id}/resize", Surface::kV1},
     {"POST", "/v1/sandboxes/{id}/commands/{command_id}/signal", Surface::kV1},
+    // A WebSocket to a command's terminal (routes_terminal.cc, docs/console.md).
+    {"GET", "/v1/sandboxes/{id}/commands/{command_id}/terminal", Surface::kV1},
     // Code cells and contexts (routes_code.cc).
     {"POST", "/v1/sandboxes/{id}/code", Surface::kV1},
     {"GET", "/v1/sandboxes/{id}/code/contexts", Surface::kV1},

@@ -7,7 +7,8 @@
 // ways (api_routes_test), and hit every entry on a live spaced (tests/openapi).
 // Outside the table, by design: requests whose Host names a sandbox port (routes_ports.cc,
 // RoutePortsHost) and E2B envd calls (chosen by the E2b-Sandbox-Id header), which are the
-// sandbox's own servers rather than spaced's API. Pure data and string matching; no Beast.
+// sandbox's own servers rather than spaced's API, and the web console under /ui/
+// (routes_console.cc), a web app rather than part of the API. Pure data and string matching; no Beast.
 #pragma once
 
 #include <span>

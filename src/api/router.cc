@@ -57,6 +57,8 @@ Awaitable<void> RouteRequest(Ctx& ctx) {
     co_await e2b::Route(ctx);
     co_return;
   }
+  // The web console's pages and login (outside the table: not the API openapi.json describes).
+  if (co_await RouteConsole(ctx)) co_return;
   std::vector<std::string> allowed;
   const RouteEntry* route = MatchRoute(ctx.method, ctx.segments, &allowed);
   if (!route) {
@@ -84,6 +86,8 @@ Awaitable<void> RouteRequest(Ctx& ctx) {
   } else {
     if (!co_await Authorize(ctx)) co_return;
     if (co_await RouteMetrics(ctx)) co_return;
+    if (co_await RouteEvents(ctx)) co_return;
+    if (co_await RouteTerminal(ctx)) co_return;
     if (co_await RouteAccess(ctx)) co_return;
     if (co_await RoutePorts(ctx)) co_return;
     if (co_await RouteCommands(ctx)) co_return;

@@ -99,8 +99,10 @@ Awaitable<beast::error_code> ConnectOne(beast::tcp_stream& s, const tcp::endpoin
 }
 
 // A microVM's services are reached at the guest's own address, which the host routes to
-// over the sandbox's veth: only sandboxes with network have one, and only services that
-// listen on it (or on 0.0.0.0) answer; the guest's loopback is its own.
+// over the sandbox's veth: only sandboxes with network have one. A service listening there
+// (or on 0.0.0.0) is dialled directly; one bound to the guest's loopback, which the host
+// cannot enter, through a relay the sandbox's agent starts on the guest's address
+// (agent/forward.h).
 Awaitable<Connected> ConnectGuest(Ctx& ctx, const store::SandboxRecord& rec, int port) {
   Connected out;
   const Json* n = JsonField(rec.spec, "net");
@@ -120,13 +122,23 @@ Awaitable<Connected> ConnectGuest(Ctx& ctx, const store::SandboxRecord& rec, int
   }
   out.stream.emplace(ctx.stream->get_executor());
   ec = co_await ConnectOne(*out.stream, tcp::endpoint(addr, static_cast<uint16_t>(port)));
+  if (ec == asio::error::connection_refused) {
+    core::Platform* p = ctx.platform;
+    std::string sb = rec.id;
+    auto relay = co_await ctx.Blocking([&] { return p->ForwardLoopbackPort(sb, port, ip); });
+    if (relay) {
+      out.stream.emplace(ctx.stream->get_executor());
+      ec = co_await ConnectOne(*out.stream, tcp::endpoint(addr, static_cast<uint16_t>(*relay)));
+    } else if (relay.error().code != Errc::kNotFound) {
+      spdlog::info("sandbox {}: no loopback relay for port {}: {}", sb, port, relay.error().message);
+    }
+  }
   if (ec) {
     out.stream.reset();
     out.status = ec == beast::error::timeout ? 504 : 502;
     out.message = ec == asio::error::connection_refused
                       ? "nothing is listening on port " + std::to_string(port) + " in sandbox " + rec.id +
-                            " (connection refused on " + ip + "; in a microvm or a gvisor sandbox, services must "
-                            "listen on 0.0.0.0 or the sandbox's address, not 127.0.0.1)"
+                            " (connection refused on " + ip + ", on 127.0.0.1 and on [::1])"
                       : "cannot reach port " + std::to_string(port) + " in sandbox " + rec.id + ": " +
                             ec.message();
     co_return out;

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <thread>
 
+#include "api/console_sessions.h"
 #include "api/http.h"
 #include "api/metrics.h"
 #include "api/router.h"
@@ -104,7 +105,14 @@ Awaitable<void> Ctx::ReplyBytes(int status, std::string body, const std::string&
   this->status = status;
   res.set(http::field::server, "spaced");
   res.set(http::field::content_type, content_type);
-  for (const auto& h : headers) res.set(h.first, h.second);
+  for (const auto& h : headers) {
+    // Set-Cookie is the one field that may come more than once.
+    if (h.first == "Set-Cookie") {
+      res.insert(h.first, h.second);
+    } else {
+      res.set(h.first, h.second);
+    }
+  }
   res.keep_alive(keep_alive);
   res.body() = std::move(body);
   res.prepare_payload();
@@ -224,6 +232,7 @@ struct Server::Impl {
   // Before ioc: connections' coroutines destroyed with ioc still count their request here.
   // Its `inflight`: requests being dispatched, /healthz aside.
   HttpMetrics http_metrics;
+  ConsoleSessions sessions;
   asio::io_context ioc;
   asio::thread_pool pool;
   tcp::acceptor acceptor;
@@ -275,6 +284,7 @@ Awaitable<void> Server::Impl::Serve(tcp::socket socket) {
         break;
       Ctx ctx{platform, &pool, &opts, &stream, &buffer, &parser};
       ctx.http_metrics = &http_metrics;
+      ctx.sessions = &sessions;
       // Counted once answered (or abandoned: a client gone mid-request counts as status 0).
       struct Count {
         Ctx& ctx;

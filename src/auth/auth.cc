@@ -122,6 +122,12 @@ std::vector<std::string> ScopeNames(Scopes s) {
 
 // ---------------------------------------------------------------- operator keys
 
+std::string NewSecret(size_t bytes) { return HexEncode(RandomBytes(bytes)); }
+
+bool SecretEquals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && sodium_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
 std::string NewApiKey() { return "sk-" + HexEncode(RandomBytes(24)); }
 
 std::string HashApiKey(std::string_view key) {

@@ -56,6 +56,10 @@ std::string NewApiKey();
 std::string HashApiKey(std::string_view key);
 // A short prefix safe to show in listings ("sk-1a2b3c").
 std::string KeyHint(std::string_view key);
+// `bytes` of system entropy as hex (session ids, CSRF tokens of the web console).
+std::string NewSecret(size_t bytes);
+// Compares secrets in time independent of where they differ (false when sizes differ).
+bool SecretEquals(std::string_view a, std::string_view b);
 
 // ---------------------------------------------------------------- tokens
 struct Claims {

@@ -358,6 +358,22 @@ Status Platform::ResizeCommand(const std::string& sandbox_id, const std::string&
   return Ok();
 }
 
+Result<int> Platform::ForwardLoopbackPort(const std::string& id, int port,
+                                          const std::string& address) {
+  if (port < 1 || port > 65535) return Fail(Errc::kInvalidArgument, "port must be 1..65535");
+  auto sb = impl_->Find(id);
+  if (!sb) return Fail(Errc::kNotFound, "no sandbox " + id);
+  sb->last_activity_ms = NowUnixMillis();
+  auto session = LiveSession(*sb);
+  if (!session) return tl::unexpected(session.error());
+  auto r = (*session)->Call({{"op", "forward"}, {"port", port}, {"address", address}}, {},
+                            config_.agent_request_timeout_ms);
+  if (!r) return tl::unexpected(r.error());
+  int64_t relay = JsonIntOr(r->json, "port", 0);
+  if (relay < 1 || relay > 65535) return Fail(Errc::kInternal, "agent forward: no port");
+  return static_cast<int>(relay);
+}
+
 // ---------------------------------------------------------------- files
 
 namespace {

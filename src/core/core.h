@@ -77,11 +77,18 @@ class Notifier {
   // Notify(key). Returns a handle that cancels it when destroyed.
   std::shared_ptr<void> Watch(const std::string& key, Callback cb);
   void Notify(const std::string& key);
+  // Every Notify(key) from now on, any key, until the handle is destroyed (GET /v1/events).
+  // The callback runs on the notifying thread, often with core locks held: it must only
+  // note the key and hand it elsewhere, never call back into the platform.
+  using KeyCallback = std::function<void(const std::string& key)>;
+  std::shared_ptr<void> Subscribe(KeyCallback cb);
 
  private:
   struct Entry;
+  struct Subscriber;
   std::mutex mu_;
   std::multimap<std::string, std::shared_ptr<Entry>> entries_;
+  std::vector<std::shared_ptr<Subscriber>> subscribers_;
 };
 
 // A named volume mounted into a sandbox at create (docs/volumes.md).
@@ -216,6 +223,12 @@ class Platform {
   // kConflict when the sandbox is not running (paused, suspended, creating...);
   // kUnavailable when its runtime has none on the host (microvm).
   [[nodiscard]] Result<std::string> SandboxNetNamespace(const std::string& id);
+  // For a runtime whose guest loopback the host cannot enter (microvm, gvisor): asks the
+  // sandbox's agent for a relay listening on the sandbox's own `address` that joins each
+  // connection to loopback `port` inside; returns the relay's port on `address`.
+  // kNotFound when nothing listens on that loopback port, kConflict when not running.
+  [[nodiscard]] Result<int> ForwardLoopbackPort(const std::string& id, int port,
+                                                const std::string& address);
 
   // Operations.
   [[nodiscard]] Result<store::OperationRecord> GetOperation(const std::string& id);

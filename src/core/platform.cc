@@ -107,13 +107,42 @@ std::shared_ptr<void> Notifier::Watch(const std::string& key, Callback cb) {
   });
 }
 
+struct Notifier::Subscriber {
+  std::mutex mu;
+  KeyCallback cb;
+};
+
+std::shared_ptr<void> Notifier::Subscribe(KeyCallback cb) {
+  auto s = std::make_shared<Subscriber>();
+  s->cb = std::move(cb);
+  {
+    std::lock_guard lock(mu_);
+    subscribers_.push_back(s);
+  }
+  // As Watch's handle: once it is gone, no callback runs or is running.
+  return std::shared_ptr<void>(nullptr, [this, s](void*) {
+    {
+      std::lock_guard l(s->mu);
+      s->cb = nullptr;
+    }
+    std::lock_guard lock(mu_);
+    std::erase(subscribers_, s);
+  });
+}
+
 void Notifier::Notify(const std::string& key) {
   std::vector<std::shared_ptr<Entry>> fire;
+  std::vector<std::shared_ptr<Subscriber>> subs;
   {
     std::lock_guard lock(mu_);
     auto [b, end] = entries_.equal_range(key);
     for (auto it = b; it != end; ++it) fire.push_back(it->second);
     entries_.erase(b, end);
+    subs = subscribers_;
+  }
+  for (auto& s : subs) {
+    std::lock_guard l(s->mu);
+    if (s->cb) s->cb(key);
   }
   for (auto& e : fire) {
     Callback cb;

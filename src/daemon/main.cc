@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 
 #include "api/api.h"
 #include "auth/auth.h"
@@ -80,6 +81,21 @@ int Fatal(const std::string& what, const Error& e) {
 }
 
 }  // namespace
+
+// The web console's files (docs/console.md), built into share/space/console beside the
+// binary: path under /ui ("/index.html") -> bytes. Empty when it was not built.
+std::map<std::string, std::string> LoadConsoleAssets(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(dir + "/index.html", ec)) return out;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    std::string rel = it->path().lexically_relative(dir).generic_string();
+    if (auto text = sys::ReadFile(it->path().string())) out["/" + rel] = std::move(*text);
+  }
+  return out;
+}
 
 int main(int argc, char** argv) {
   CLI::App app{"spaced — the SPACE sandbox daemon"};
@@ -418,6 +434,8 @@ int main(int argc, char** argv) {
       return Fatal("--mcp-allow-origin", Error{Errc::kInvalidArgument, 0, "want scheme://host[:port], got " + o});
   }
   sopts.mcp_allowed_origins = mcp_origins;
+  sopts.console_assets = LoadConsoleAssets(sys::SelfExeDir() + "/../share/space/console");
+  sopts.console_secure_cookies = behind_tls_proxy;
   auto server = api::Server::Start(platform->get(), sopts);
   if (!server) return Fatal("listen", server.error());
   std::string host = address.find(':') != std::string::npos ? "[" + address + "]" : address;
@@ -432,6 +450,11 @@ int main(int argc, char** argv) {
       "  or:        export SPACE_URL=%s SPACE_API_KEY=$(cat %s/api-key)\n",
       url.c_str(), data_dir.c_str(), data_dir.c_str(), data_dir.c_str(), url.c_str(),
       data_dir.c_str());
+  if (!sopts.console_assets.empty()) {
+    std::printf("  Console:   %s/ui/ (log in with the API key above)\n", url.c_str());
+  } else {
+    std::printf("  Console:   not built (the space_console target needs node and npm)\n");
+  }
   std::printf("  Template:  new sandboxes start from %s", config.default_template.c_str());
   if (!prepare_templates.empty())
     std::printf(" (built-ins being prepared: a create waits for them; progress below)");

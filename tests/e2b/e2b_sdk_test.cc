@@ -87,6 +87,35 @@ TEST(E2bSdkTest, UnmodifiedSdkAgainstSpaced) {
   RunSuite(d, node, work, base_env, "", max_file_bytes, net ? tmp->path() + "/servers.log" : "");
 }
 
+// The unmodified E2B Python SDK's network cases (tests/e2b/python/test_e2b_network.py)
+// against the fake internet: run_pytest.sh starts spaced with it as its internet and hands
+// pytest its connection log. (The rest of that suite is ctest's e2b_python_sdk_test.)
+TEST(E2bPythonSdkTest, NetworkUnderPolicy) {
+  SPACE_REQUIRE_SANDBOXES();
+  auto tmp = sys::TempDir::Create("/tmp", "space-fakenet-");
+  ASSERT_TRUE(tmp);
+  std::string why;
+  std::unique_ptr<FakeNet> net = StartFakeNet(tmp->path(), &why);
+  if (!net) GTEST_SKIP() << "no fake internet: " << why;
+  sys::SpawnOptions o;
+  o.argv = {"bash", std::string(SPACE_SOURCE_DIR) + "/tests/python/run_pytest.sh", BinDir(),
+            std::string(SPACE_SOURCE_DIR) + "/tests/e2b/python", "--env", "e2b"};
+  for (const char* a : {"--dns-upstream", "198.51.100.53", "--sandbox-subnet", "10.218.0.0/24"})
+    o.argv.insert(o.argv.end(), {"--spaced-arg", a});
+  o.argv.insert(o.argv.end(), {"--", "-k", "test_e2b_network"});
+  std::vector<std::string> env = EnvironWithout({"E2B_", "SPACE_"});
+  env.push_back("SPACE_FAKE_INTERNET_LOG=" + tmp->path() + "/servers.log");
+  if (const char* agent = std::getenv("SPACE_TEST_AGENT")) env.push_back(std::string("SPACE_TEST_AGENT=") + agent);
+  o.env = env;
+  auto r = sys::Run(o, 10 * 60 * 1000);
+  ASSERT_TRUE(r) << r.error().message;
+  std::printf("%s\n", r->out.c_str());
+  if (r->exit_code == 77) GTEST_SKIP() << r->out;
+  EXPECT_TRUE(r->ok()) << "the E2B Python network cases failed (exit " << r->exit_code << "):\n" << r->out << r->err;
+  // Every egress case ran: none was skipped for want of the fake internet.
+  EXPECT_EQ(r->out.find("SKIPPED"), std::string::npos) << r->out;
+}
+
 // The same SDK on gVisor (spaced's default runtime the gvisor plugin; the E2B API names no
 // runtime): create, commands, files, pause and connect, and egress by policy through
 // gVisor's netstack. The other cases test spaced's E2B surface, which is the same here.

@@ -35,6 +35,29 @@ inline std::string Sh(const std::string& cmd, int* code = nullptr) {
   return r->out + r->err;
 }
 
+// A service bound to the sandbox's own loopback answers through the sandbox's port URL
+// `base` (…/ports/), again and again, with bodies larger than any relay buffer. For
+// microVM and gVisor sandboxes, whose loopback the host cannot enter, this goes through
+// the agent's relay (docs/ports.md).
+inline void ExpectLoopbackServiceByUrl(client::Client& c, const std::string& id,
+                                       const std::string& base, const std::string& auth) {
+  auto lo = c.StartCommand(id, {{"cmd", "mkdir -p /tmp/lo && echo hello-from-loopback > /tmp/lo/index.html && "
+                                        "head -c 300000 /dev/zero | tr '\\0' x > /tmp/lo/big && "
+                                        "exec httpd -f -p 127.0.0.1:8081 -h /tmp/lo"}});
+  ASSERT_TRUE(lo) << lo.error().message;
+  std::string out;
+  for (int i = 0; i < 50; ++i) {
+    out = Sh("curl -sS --max-time 5" + auth + base + "8081/index.html 2>&1");
+    if (out.find("hello-from-loopback") != std::string::npos) break;
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_EQ(out, "hello-from-loopback\n");
+  for (int i = 0; i < 3; ++i) {
+    out = Sh("curl -sS --max-time 20" + auth + base + "8081/big 2>&1 | wc -c");
+    EXPECT_EQ(out, "300000\n") << i;
+  }
+}
+
 inline bool Have(const char* tool) { return Sh(std::string("command -v ") + tool + " >/dev/null 2>&1 && echo y") == "y\n"; }
 
 // The fake internet. Everything it makes is removed by the destructor, failure or not.

@@ -144,6 +144,7 @@ TEST_F(MicrovmNetworkTest, PortsAreServedFromTheGuestsAddress) {
     std::this_thread::sleep_for(200ms);
   }
   EXPECT_NE(out.find("hello-from-guest"), std::string::npos) << out;
+  ExpectLoopbackServiceByUrl(c(), id, base, auth);
   // No listener: 502 with an explanation.
   out = Sh("curl -sS -o /dev/null -w '%{http_code}' --max-time 10" + auth + base + "8099/");
   EXPECT_EQ(out, "502") << out;

@@ -537,6 +537,7 @@ TEST_F(GvisorNetworkTest, PortsAreServedFromTheSandboxAddress) {
     std::this_thread::sleep_for(200ms);
   }
   EXPECT_NE(out.find("hello-from-gvisor"), std::string::npos) << out;
+  ExpectLoopbackServiceByUrl(c(), id, base, auth);
   out = Sh("curl -sS -o /dev/null -w '%{http_code}' --max-time 10" + auth + base + "8099/");
   EXPECT_EQ(out, "502") << out;
   Delete(id);

@@ -54,6 +54,8 @@ def test_every_described_route_is_served(api, spec):
     for method, template in routes(spec):
         body = b"[]" if method in ("POST", "PUT", "PATCH") else None
         query = {"path": "/x"} if "/files" in template else None
+        if template == "/v1/events":
+            query = {"duration": "200ms"}  # a stream: ends by itself
         r = api.call(method, template, params=PROBE, query=query, body=body)
         what = f"{method} {template}: {r.status} {r.body[:200]!r}"
         assert r.status not in (405, 500, 501), what
@@ -125,6 +127,13 @@ def test_v1_answers_validate(api, sandbox):
         time.sleep(0.1)
     assert r.status == 200, r.body
     api.call("GET", "/v1/sandboxes/{id}/commands", params=sid, expect=200)
+    # The terminal is a WebSocket: a plain GET is told so (tests/integration/console_api_test
+    # speaks the protocol itself).
+    api.call("GET", "/v1/sandboxes/{id}/commands/{command_id}/terminal", params=cid, expect=426)
+    # Events: a snapshot first; ?duration= ends the stream.
+    r = api.call("GET", "/v1/events", query={"duration": "300ms"}, expect=200)
+    assert r.body.startswith(b"retry: 2000\n\nevent: snapshot\n"), r.body[:200]
+    api.call("GET", "/v1/events", query={"duration": "soon"}, expect=400)
     api.call("POST", "/v1/sandboxes/{id}/commands", params=sid, query={"stream": "mux"}, body={"argv": ["true"]}, expect=201)
     api.call("POST", "/v1/sandboxes/{id}/commands", params=sid, body={"argv": []}, expect=400)
     s = api.call("POST", "/v1/sandboxes/{id}/commands", params=sid, body={"cmd": "cat", "stdin": True}, expect=201).json()

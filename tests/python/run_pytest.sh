@@ -123,6 +123,8 @@ if [ "$ENV_KIND" = space ]; then
 else
   env_args+=("E2B_API_URL=$url" "E2B_SANDBOX_URL=$url" "E2B_API_KEY=$key")
 fi
+# The fake internet's connection log, when the caller made one (E2bPythonSdkTest).
+if [ -n "${SPACE_FAKE_INTERNET_LOG:-}" ]; then env_args+=("SPACE_FAKE_INTERNET_LOG=$SPACE_FAKE_INTERNET_LOG"); fi
 env_args+=("SPACE_SPACED_ARGS=${SPACED_ARGS[*]}" SPACE_MAX_FILE_BYTES=8388608 PYTHONDONTWRITEBYTECODE=1 "PYTHONPATH=")
 
 cd "$SUITE"
