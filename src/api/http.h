@@ -195,6 +195,8 @@ Awaitable<bool> RouteCode(Ctx& ctx);
 Awaitable<bool> RouteFiles(Ctx& ctx);
 Awaitable<bool> RouteTemplates(Ctx& ctx);
 Awaitable<bool> RouteRuntimes(Ctx& ctx);
+// /v1/volumes and their files (routes_volumes.cc, docs/volumes.md).
+Awaitable<bool> RouteVolumes(Ctx& ctx);
 // /v1/keys, /v1/sandboxes/{id}/tokens, /v1/whoami (routes_access.cc).
 Awaitable<bool> RouteAccess(Ctx& ctx);
 // Ports as URLs (routes_ports.cc, docs/ports.md). RoutePortsHost: if the Host names a

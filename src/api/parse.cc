@@ -126,13 +126,57 @@ Result<std::map<std::string, std::string>> ParseStringMap(const Json& body, cons
   return out;
 }
 
+Result<std::vector<core::VolumeMount>> ParseVolumeMounts(const Json& v) {
+  if (!v.is_array()) return Fail(Errc::kInvalidArgument, "volumes must be an array of {name, path, read_only}");
+  std::vector<core::VolumeMount> out;
+  for (const auto& m : v) {
+    if (!m.is_object()) return Fail(Errc::kInvalidArgument, "volumes[] must be objects {name, path, read_only}");
+    core::VolumeMount vm;
+    for (const auto& [k, x] : m.items()) {
+      if (k == "name" && x.is_string()) {
+        vm.volume = x.get<std::string>();
+      } else if (k == "path" && x.is_string()) {
+        vm.path = x.get<std::string>();
+      } else if (k == "read_only" && x.is_boolean()) {
+        vm.read_only = x.get<bool>();
+      } else {
+        return Fail(Errc::kInvalidArgument, "volumes[]." + k + ": unknown or of the wrong type"
+                                            " (name: string, path: string, read_only: boolean)");
+      }
+    }
+    if (vm.volume.empty() || vm.path.empty())
+      return Fail(Errc::kInvalidArgument, "volumes[] need a name and a path");
+    out.push_back(std::move(vm));
+  }
+  return out;
+}
+
+Result<std::pair<std::string, int64_t>> ParseVolumeCreate(const Json& body) {
+  std::string name;
+  int64_t size = 0;
+  for (const auto& [k, v] : body.items()) {
+    if (k == "name") {
+      if (!v.is_string()) return Fail(Errc::kInvalidArgument, "name must be a string");
+      name = v.get<std::string>();
+    } else if (k == "size_bytes") {
+      if (!v.is_number_integer() || v.get<int64_t>() <= 0)
+        return Fail(Errc::kInvalidArgument, "size_bytes must be a positive integer");
+      size = v.get<int64_t>();
+    } else {
+      return Fail(Errc::kInvalidArgument, "unknown field \"" + k + "\" (name, size_bytes)");
+    }
+  }
+  if (name.empty()) return Fail(Errc::kInvalidArgument, "a volume needs a name");
+  return std::make_pair(name, size);
+}
+
 Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   core::CreateSandboxRequest req;
   for (const auto& [k, v] : body.items()) {
     static const std::set<std::string> kKnown = {
         "template", "snapshot",   "runtime",      "limits",         "env",      "metadata",
         "network",  "timeout",    "on_timeout",   "idle_timeout",   "snapshot_every",
-        "keep_last"};
+        "keep_last", "volumes"};
     if (!kKnown.count(k)) return Fail(Errc::kInvalidArgument, "unknown field \"" + k + "\"");
   }
   if (const Json* t = JsonField(body, "template")) {
@@ -187,6 +231,11 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
       return Fail(Errc::kInvalidArgument,
                   "network must be an object {mode, allow_out, deny_out, public_traffic, secrets}");
     req.network = *n;
+  }
+  if (const Json* v = JsonField(body, "volumes")) {
+    auto mounts = ParseVolumeMounts(*v);
+    if (!mounts) return tl::unexpected(mounts.error());
+    req.volumes = std::move(*mounts);
   }
   for (const char* key : {"snapshot_every", "keep_last"}) {
     if (const Json* t = JsonField(body, key)) {

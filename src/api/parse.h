@@ -63,6 +63,10 @@ int64_t WaitMillis(const Query& q);
 // ---- sandboxes (routes_sandboxes.cc)
 // POST /v1/sandboxes
 [[nodiscard]] Result<core::CreateSandboxRequest> ParseCreate(const Json& body);
+// The create's `volumes`: [{name, path, read_only}] (core checks names and paths).
+[[nodiscard]] Result<std::vector<core::VolumeMount>> ParseVolumeMounts(const Json& v);
+// POST /v1/volumes {name, size_bytes?}: (name, size; 0 = the default).
+[[nodiscard]] Result<std::pair<std::string, int64_t>> ParseVolumeCreate(const Json& body);
 // GET /v1/sandboxes?state=&label=k=v...
 [[nodiscard]] Result<core::SandboxFilter> ParseSandboxFilter(const Query& q);
 // POST /v1/sandboxes/{id}/fork {"count"}: clamped to 0..1000000 (core reports the range).

@@ -26,6 +26,18 @@ constexpr RouteEntry kRoutes[] = {
     {"POST", "/sandboxes/{sandboxID}/timeout", Surface::kE2b},
     {"GET", "/sandboxes/{sandboxID}/metrics", Surface::kE2b},
     {"POST", "/v2/sandboxes/{sandboxID}/connect", Surface::kE2b},
+    // E2B volumes (e2b/routes_e2b_volumes.cc, docs/volumes.md).
+    {"GET", "/volumes", Surface::kE2b},
+    {"POST", "/volumes", Surface::kE2b},
+    {"GET", "/volumes/{volumeID}", Surface::kE2b},
+    {"DELETE", "/volumes/{volumeID}", Surface::kE2b},
+    {"GET", "/volumecontent/{volumeID}/dir", Surface::kE2b},
+    {"POST", "/volumecontent/{volumeID}/dir", Surface::kE2b},
+    {"GET", "/volumecontent/{volumeID}/path", Surface::kE2b},
+    {"PATCH", "/volumecontent/{volumeID}/path", Surface::kE2b},
+    {"DELETE", "/volumecontent/{volumeID}/path", Surface::kE2b},
+    {"GET", "/volumecontent/{volumeID}/file", Surface::kE2b},
+    {"PUT", "/volumecontent/{volumeID}/file", Surface::kE2b},
     // v1: access (routes_access.cc).
     // Runtimes, built in and plugins (routes_runtimes.cc, docs/runtime-plugins.md).
     {"GET", "/v1/runtimes", Surface::kV1},
@@ -89,6 +101,18 @@ constexpr RouteEntry kRoutes[] = {
     {"GET", "/v1/templates", Surface::kV1},
     {"POST", "/v1/templates", Surface::kV1},
     {"GET", "/v1/templates/builds/{operation_id}/log", Surface::kV1},
+    // Named volumes and their files (routes_volumes.cc, docs/volumes.md).
+    {"GET", "/v1/volumes", Surface::kV1},
+    {"POST", "/v1/volumes", Surface::kV1},
+    {"GET", "/v1/volumes/{volume}", Surface::kV1},
+    {"DELETE", "/v1/volumes/{volume}", Surface::kV1},
+    {"GET", "/v1/volumes/{volume}/files", Surface::kV1},
+    {"PUT", "/v1/volumes/{volume}/files", Surface::kV1},
+    {"DELETE", "/v1/volumes/{volume}/files", Surface::kV1},
+    {"GET", "/v1/volumes/{volume}/files:list", Surface::kV1},
+    {"GET", "/v1/volumes/{volume}/files:stat", Surface::kV1},
+    {"POST", "/v1/volumes/{volume}/files:mkdir", Surface::kV1},
+    {"POST", "/v1/volumes/{volume}/files:rename", Surface::kV1},
     // Ports (routes_ports.cc): signed URLs, and the API path to a port (any method).
     {"POST", "/v1/sandboxes/{id}/urls", Surface::kV1},
 #define SPACE_PORT_ROUTES(m)                                      \

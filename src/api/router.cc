@@ -20,7 +20,9 @@ std::string Join(const std::vector<std::string>& v) {
 // No entry: 404, or 405 with Allow when the path exists under other methods. The E2B
 // control plane answers in its own error format ({"code","message"}).
 Awaitable<void> NoRoute(Ctx& ctx, const std::vector<std::string>& allowed) {
-  const bool e2b = !ctx.segments.empty() && (ctx.segments[0] == "sandboxes" || ctx.segments[0] == "v2");
+  const bool e2b = !ctx.segments.empty() &&
+                   (ctx.segments[0] == "sandboxes" || ctx.segments[0] == "v2" ||
+                    ctx.segments[0] == "volumes" || ctx.segments[0] == "volumecontent");
   const int status = allowed.empty() ? 404 : 405;
   const std::string message = allowed.empty() ? "no route " + ctx.method + " " + ctx.path
                                               : "method not allowed: " + ctx.path + " takes " + Join(allowed);
@@ -79,7 +81,8 @@ Awaitable<void> RouteRequest(Ctx& ctx) {
     served = co_await RouteMcp(ctx);
   } else if (route->surface == Surface::kE2b) {
     // The control plane checks X-API-KEY itself.
-    served = co_await e2b::RouteControl(ctx);
+    served = co_await e2b::RouteVolumes(ctx);
+    if (!served) served = co_await e2b::RouteControl(ctx);
   } else {
     if (!co_await Authorize(ctx)) co_return;
     if (co_await RouteMetrics(ctx)) co_return;
@@ -93,6 +96,7 @@ Awaitable<void> RouteRequest(Ctx& ctx) {
     if (co_await RouteSandboxes(ctx)) co_return;
     if (co_await RouteTemplates(ctx)) co_return;
     if (co_await RouteRuntimes(ctx)) co_return;
+    if (co_await RouteVolumes(ctx)) co_return;
   }
   if (!served) {
     // The table names a route no group serves: a bug, which the route tests catch.

@@ -18,7 +18,16 @@ Json NetworkJson(const store::SandboxRecord& r) {
 Json SandboxJson(const store::SandboxRecord& r) {
   const Json* limits = JsonField(r.spec, "limits");
   const Json* env = JsonField(r.spec, "env");
+  Json volumes = Json::array();
+  if (const Json* vs = JsonField(r.spec, "volumes"); vs && vs->is_array()) {
+    for (const auto& v : *vs)
+      volumes.push_back({{"name", JsonStringOr(v, "name", "")},
+                         {"id", JsonStringOr(v, "id", "")},
+                         {"path", JsonStringOr(v, "path", "")},
+                         {"read_only", JsonBoolOr(v, "read_only", false)}});
+  }
   return {{"id", r.id},
+          {"volumes", volumes},
           {"state", r.state},
           {"reason", r.reason},
           {"template", r.template_ref},

@@ -40,7 +40,7 @@ std::string FormatBytes(int64_t n) {
 struct CreateArgs {
   std::string template_ref, snapshot, runtime, memory;
   std::string timeout, on_timeout, idle_timeout;
-  std::vector<std::string> env, labels;
+  std::vector<std::string> env, labels, volumes;
   double cpus = 0;
   int64_t pids = 0;
   bool network = false;
@@ -131,6 +131,26 @@ int RunCreate(Context& ctx, const CreateArgs& a) {
                                a.public_traffic);
     if (!network) return ReportUsage(network.error().message);
     if (!network->is_null()) body["network"] = *network;
+  }
+  if (!a.volumes.empty()) {
+    // NAME:/path[:ro|:rw]
+    Json vols = Json::array();
+    for (const std::string& v : a.volumes) {
+      size_t colon = v.find(':');
+      if (colon == std::string::npos || colon == 0 || colon + 1 >= v.size() || v[colon + 1] != '/')
+        return ReportUsage("--volume must be NAME:/path[:ro], not \"" + v + "\"");
+      std::string path = v.substr(colon + 1);
+      bool ro = false;
+      if (size_t last = path.rfind(':'); last != std::string::npos) {
+        std::string flag = path.substr(last + 1);
+        if (flag != "ro" && flag != "rw")
+          return ReportUsage("--volume " + v + ": the suffix must be :ro or :rw");
+        ro = flag == "ro";
+        path = path.substr(0, last);
+      }
+      vols.push_back({{"name", v.substr(0, colon)}, {"path", path}, {"read_only", ro}});
+    }
+    body["volumes"] = vols;
   }
   if (!a.timeout.empty()) {
     auto t = ParseSeconds(a.timeout);
@@ -514,6 +534,9 @@ void AddSandboxCommands(CLI::App& app, Context& ctx) {
     cmd->add_option("-e,--env", a->env, "Environment variable K=V (repeatable)")
         ->allow_extra_args(false);
     cmd->add_option("-l,--label", a->labels, "Label K=V (repeatable)")->allow_extra_args(false);
+    cmd->add_option("-v,--volume", a->volumes,
+                    "Mount a named volume: NAME:/path[:ro] (repeatable; see `space volume`)")
+        ->allow_extra_args(false);
     cmd->add_option("-m,--memory", a->memory, "Memory limit: bytes or 512M, 2G");
     a->cpus_opt = cmd->add_option("--cpus", a->cpus, "CPU limit (e.g. 1.5)");
     a->pids_opt = cmd->add_option("--pids", a->pids, "Process limit");

@@ -67,6 +67,8 @@ void AddFileCommands(CLI::App& app, Context& ctx);
 void AddLifecycleCommands(CLI::App& app, Context& ctx);
 // snapshot, snapshots, snapshot-rm, fork
 void AddSnapshotCommands(CLI::App& app, Context& ctx);
+// volume create|ls|rm (cmd_volume.cc)
+void AddVolumeCommands(CLI::App& app, Context& ctx);
 // template build, template import
 void AddTemplateCommands(CLI::App& app, Context& ctx);
 // keys create|ls|rm, token

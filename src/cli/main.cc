@@ -95,6 +95,7 @@ int main(int argc, char** argv) {
   AddFileCommands(app, ctx);
   AddLifecycleCommands(app, ctx);
   AddSnapshotCommands(app, ctx);
+  AddVolumeCommands(app, ctx);
   AddTemplateCommands(app, ctx);
   AddKeyCommands(app, ctx);
   AddMcpCommands(app, ctx);

@@ -91,6 +91,13 @@ class Notifier {
   std::vector<std::shared_ptr<Subscriber>> subscribers_;
 };
 
+// A named volume mounted into a sandbox at create (docs/volumes.md).
+struct VolumeMount {
+  std::string volume;      // the volume's name or id
+  std::string path;        // absolute path inside the sandbox
+  bool read_only = false;
+};
+
 struct CreateSandboxRequest {
   std::string template_ref;          // "" = default
   std::string snapshot_id;           // or start from this snapshot (template ignored)
@@ -105,6 +112,8 @@ struct CreateSandboxRequest {
   int64_t idle_timeout_s = 0;        // 0 = none
   int64_t snapshot_every_s = 0;      // scheduled snapshots; 0 = none
   int64_t keep_last = 0;             // prune scheduled snapshots beyond this many; 0 = keep all
+  // Named volumes; a create from a snapshot without any mounts the snapshot's sandbox's.
+  std::vector<VolumeMount> volumes;
 };
 
 struct SandboxFilter {
@@ -293,6 +302,28 @@ class Platform {
   // creating or deleted); UsageOfAll: every user sandbox with an instance.
   [[nodiscard]] Result<SandboxUsage> Usage(const std::string& id);
   [[nodiscard]] std::vector<SandboxUsage> UsageOfAll();
+
+  // Named volumes (volumes.cc, docs/volumes.md): an ext4 filesystem of `size_bytes` each
+  // (its quota), loop-mounted under DATA/volumes/<id>/, bound into the sandboxes that name
+  // it at create. CreateVolume: kInvalidArgument for a bad name or size, kConflict when
+  // the name is taken; size_bytes <= 0 = the default (1 GiB). Blocks (mkfs, mount).
+  [[nodiscard]] Result<store::VolumeRecord> CreateVolume(const std::string& name, int64_t size_bytes);
+  [[nodiscard]] Result<std::vector<store::VolumeRecord>> ListVolumes();
+  [[nodiscard]] Result<store::VolumeRecord> GetVolume(const std::string& id_or_name);
+  // The volume's usage {used_bytes, size_bytes, sandboxes: [ids of sandboxes naming it]}.
+  [[nodiscard]] Result<Json> VolumeUsage(const std::string& id_or_name);
+  // kConflict (naming them) while sandboxes other than failed ones name the volume.
+  [[nodiscard]] Status DeleteVolume(const std::string& id_or_name);
+  // One file operation on a volume without a sandbox: `op` and `req` as the agent
+  // protocol's file ops (stat, list, read, write, mkdir, remove, rename; paths absolute
+  // in the volume, resolved by the kernel inside it: neither ".." nor symlinks leave it).
+  // Runs with the filesystem identity of the sandboxes' root (files it makes belong to
+  // root inside them). Returns the reply JSON (uids and gids as sandboxes see them) and,
+  // for read, the bytes.
+  [[nodiscard]] Result<std::pair<Json, std::string>> VolumeFileOp(const std::string& id_or_name,
+                                                                  const std::string& op,
+                                                                  const Json& req,
+                                                                  std::string_view body = {});
 
   // Operator API keys (access.cc). The platform keeps every key's hash in memory as well
   // as in the store, so FindApiKey never waits on the database. Keys are shown once:

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -89,6 +90,17 @@ struct Platform::Impl {
   bool keys_loaded = false;
   std::map<std::string, store::ApiKeyRecord> keys_by_hash;
   Status LoadKeysLocked();  // caller holds keys_mu
+
+  // Volumes (volumes.cc). Creates that name volumes hold volumes_mu shared from checking
+  // them until the sandbox's record is stored; volume create and delete hold it exclusive.
+  std::shared_mutex volumes_mu;
+  std::string VolumeDir(const std::string& volume_id) const;
+  // Checks a create's volume mounts (names, paths, the runtime can bind them) and returns
+  // them as stored in the sandbox's spec: [{id, name, path, read_only, host_path}]. Caller
+  // holds volumes_mu (shared at least).
+  Result<Json> ResolveVolumes(const std::vector<VolumeMount>& mounts, runtime::Runtime* rt);
+  // Recovery: finishes interrupted volume creates and deletes, mounts every ready volume.
+  void RecoverVolumes();
 
   // Operation workers.
   std::mutex q_mu;

@@ -57,6 +57,11 @@ runtime::InstanceSpec InstanceSpecFor(const store::SandboxRecord& rec, const std
     }
   }
   if (!have_path) spec.env.push_back(std::string("PATH=") + kDefaultPath);
+  if (const Json* vols = JsonField(rec.spec, "volumes"); vols && vols->is_array()) {
+    for (const auto& v : *vols)
+      spec.volumes.push_back({JsonStringOr(v, "host_path", ""), JsonStringOr(v, "path", ""),
+                              JsonBoolOr(v, "read_only", false)});
+  }
   return spec;
 }
 
@@ -306,6 +311,7 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
   std::string template_ref, template_digest, rt;
   Json template_config = Json::object();
   Json base_env = Json::object();
+  std::vector<VolumeMount> volume_mounts = req.volumes;
   if (!req.snapshot_id.empty()) {
     auto snap = store->GetSnapshot(req.snapshot_id);
     if (!snap) {
@@ -323,6 +329,13 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
     // The source's proxy settings belong to its own network attachment.
     for (const char* k : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy"})
       base_env.erase(k);
+    // A restore mounts the volumes its source had (their contents now, not at the
+    // snapshot: volumes are not part of a snapshot), unless the request names its own.
+    if (const Json* vs = JsonField(snap->source, "volumes"); vs && vs->is_array() && volume_mounts.empty()) {
+      for (const auto& v : *vs)
+        volume_mounts.push_back({JsonStringOr(v, "id", ""), JsonStringOr(v, "path", ""),
+                                 JsonBoolOr(v, "read_only", false)});
+    }
     *source_snapshot = req.snapshot_id;
   } else {
     std::string ref = req.template_ref.empty() ? config.default_template : req.template_ref;
@@ -368,6 +381,8 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
   }
   if (auto d = runtimes.at(rt)->Describe(); !d.available)
     return Fail(Errc::kInvalidArgument, "runtime " + rt + " is not available on this host: " + d.why_not);
+  auto volumes = ResolveVolumes(volume_mounts, runtimes.at(rt).get());
+  if (!volumes) return tl::unexpected(volumes.error());
   runtime::Limits l = req.limits;
   if (l.disk_bytes == 0) l.disk_bytes = config.default_disk_bytes;  // guards: every sandbox a disk
   if (l.memory_bytes != 0 && l.memory_bytes < (16ll << 20))
@@ -421,6 +436,7 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
   sb->rec.spec = {{"limits", LimitsJson(l, output_bytes)}, {"env", env}, {"network", policy->ToJson(true)},
                   {"template_config", template_config}};
   if (!req.snapshot_id.empty()) sb->rec.spec["from_snapshot"] = req.snapshot_id;
+  if (!volumes->empty()) sb->rec.spec["volumes"] = *volumes;
   sb->rec.metadata = meta;
   sb->rec.created_ms = sb->rec.updated_ms = NowUnixMillis();
   sb->rec.spec["timeout_s"] = timeout_s;
@@ -437,6 +453,8 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
     const CreateSandboxRequest& req) {
   const int64_t t0 = MonotonicNanos();
   std::string digest, snapshot;
+  // Held until the record is stored: the volumes it names are not deleted meanwhile.
+  std::shared_lock volumes_held(impl_->volumes_mu);
   auto made = impl_->NewSandbox(req, &digest, &snapshot);
   if (!made) return tl::unexpected(made.error());
   SPACE_TRY(impl_->AdmitDisk("create"));

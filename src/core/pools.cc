@@ -21,7 +21,7 @@ bool DefaultLimits(const runtime::Limits& l) {
 bool IsPoolMember(const store::SandboxRecord& rec) { return !PoolOf(rec).empty(); }
 
 std::shared_ptr<Platform::Sandbox> Platform::Impl::ClaimFromPool(const CreateSandboxRequest& req) {
-  if (config.warm_pools.empty() || !req.snapshot_id.empty() || [&] {
+  if (config.warm_pools.empty() || !req.snapshot_id.empty() || !req.volumes.empty() || [&] {
         auto p = net::ParsePolicy(req.network, net::Presets{});
         return !p || p->internet();
       }() ||

@@ -13,6 +13,9 @@ namespace space::core {
 
 Status Platform::Recover() {
   Impl& impl = *impl_;
+  // Volumes first: a sandbox that still runs keeps its binds of them (its own mount
+  // namespace holds them), and one that is woken later binds them again.
+  impl.RecoverVolumes();
   auto recs = impl.store->ListSandboxes();
   if (!recs) return tl::unexpected(recs.error());
   std::set<std::string> keep_instances, keep_roots, keep_logs;

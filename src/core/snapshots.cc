@@ -18,6 +18,8 @@ Json SourceOf(const store::SandboxRecord& rec) {
   if (const Json* env = JsonField(rec.spec, "env")) src["env"] = *env;
   if (const Json* l = JsonField(rec.spec, "limits")) src["limits"] = *l;
   src["network"] = Platform::StoredPolicy(rec).internet();
+  // The volumes mounted (names and paths, never their contents: docs/volumes.md).
+  if (const Json* v = JsonField(rec.spec, "volumes")) src["volumes"] = *v;
   return src;
 }
 

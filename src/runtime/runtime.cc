@@ -18,7 +18,8 @@ Json CapabilitiesToJson(const Capabilities& c) {
               {"suspend_keeps_processes", c.suspend_keeps_processes},
               {"snapshot_kinds", c.snapshot_kinds},
               {"own_disk", c.own_disk},
-              {"network", c.network}};
+              {"network", c.network},
+              {"volumes", c.volumes}};
 }
 
 Capabilities CapabilitiesFromJson(const Json& j) {

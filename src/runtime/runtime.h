@@ -47,6 +47,15 @@ struct InstanceSpec {
   // Files bound read-only into the sandbox: absolute path inside -> content (e.g. the
   // trust bundle with the sandbox's CA).
   std::map<std::string, std::string> files;
+  // Named volumes (docs/volumes.md): a host directory (the volume's mounted filesystem)
+  // bound at an absolute, cleaned path inside; read_only binds are read-only in the
+  // kernel. Only runtimes with Capabilities::volumes get any.
+  struct VolumeBind {
+    std::string host_path;
+    std::string path;
+    bool read_only = false;
+  };
+  std::vector<VolumeBind> volumes;
   // Runtimes that keep the sandbox's disk themselves (Capabilities::own_disk; rootfs is
   // then unused): the template's read-only tree and content digest to build the disk
   // from, or a snapshot of this runtime to start from (memory, devices and disk).
@@ -71,6 +80,8 @@ struct Capabilities {
   // With network: the instance is a VM whose NIC sits on a tap device in that namespace
   // (InstanceSpec::tap), not processes in it.
   bool network_tap = false;
+  // Binds named volumes (InstanceSpec::volumes) into the sandbox.
+  bool volumes = false;
 };
 
 // Capabilities as JSON ({"pause":true,...}; the shape of GET /v1/runtimes and of a runtime

@@ -109,6 +109,16 @@ CREATE TABLE api_keys (
   created_ms INTEGER NOT NULL
 ) STRICT;
 )sql",
+    // 4: named volumes (docs/volumes.md). No FK to sandboxes: a volume outlives them.
+    R"sql(
+CREATE TABLE volumes (
+  id         TEXT PRIMARY KEY NOT NULL,
+  name       TEXT NOT NULL UNIQUE,
+  size_bytes INTEGER NOT NULL,
+  state      TEXT NOT NULL,
+  created_ms INTEGER NOT NULL
+) STRICT;
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -857,6 +867,54 @@ Status Store::DeleteApiKey(const std::string& id) {
   std::lock_guard lock(mu_);
   Stmt st(db_, "delete api key " + id);
   STORE_PREPARE(st, "DELETE FROM api_keys WHERE id = ?1");
+  STORE_BIND(st, 1, id);
+  return st.Exec();
+}
+
+// ---- volumes ----
+
+namespace {
+Result<VolumeRecord> ReadVolume(const Stmt& s) {
+  return VolumeRecord{s.Text(0), s.Text(1), s.Int(2), s.Text(3), s.Int(4)};
+}
+constexpr const char* kVolumeColumns = "id, name, size_bytes, state, created_ms";
+}  // namespace
+
+Status Store::PutVolume(const VolumeRecord& r) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "put volume " + r.name);
+  STORE_PREPARE(st,
+                "INSERT INTO volumes (id, name, size_bytes, state, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)"
+                " ON CONFLICT (id) DO UPDATE SET name = excluded.name, size_bytes = excluded.size_bytes,"
+                " state = excluded.state, created_ms = excluded.created_ms");
+  STORE_BIND(st, 1, r.id);
+  STORE_BIND(st, 2, r.name);
+  STORE_BIND(st, 3, r.size_bytes);
+  STORE_BIND(st, 4, r.state);
+  STORE_BIND(st, 5, r.created_ms);
+  return st.Exec();
+}
+
+Result<VolumeRecord> Store::GetVolume(const std::string& id_or_name) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "get volume " + id_or_name);
+  STORE_PREPARE(st, std::string("SELECT ") + kVolumeColumns +
+                        " FROM volumes WHERE id = ?1 OR name = ?1 ORDER BY id = ?1 DESC LIMIT 1");
+  STORE_BIND(st, 1, id_or_name);
+  return ReadOne<VolumeRecord>(st, ReadVolume, "volume " + id_or_name);
+}
+
+Result<std::vector<VolumeRecord>> Store::ListVolumes() {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "list volumes");
+  STORE_PREPARE(st, std::string("SELECT ") + kVolumeColumns + " FROM volumes ORDER BY created_ms, id");
+  return ReadAll<VolumeRecord>(st, ReadVolume);
+}
+
+Status Store::DeleteVolume(const std::string& id) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "delete volume " + id);
+  STORE_PREPARE(st, "DELETE FROM volumes WHERE id = ?1");
   STORE_BIND(st, 1, id);
   return st.Exec();
 }

@@ -95,6 +95,15 @@ struct ApiKeyRecord {
   int64_t created_ms = 0;
 };
 
+// A named volume (docs/volumes.md): an ext4 image of size_bytes under DATA/volumes/<id>/.
+struct VolumeRecord {
+  std::string id;                // "vol-..."
+  std::string name;              // unique, [a-z0-9][a-z0-9._-]{0,62}
+  int64_t size_bytes = 0;        // the quota: the filesystem's size
+  std::string state;             // creating|ready|deleting
+  int64_t created_ms = 0;
+};
+
 class Store {
  public:
   // Opens (creating if needed) the database at `path` and applies migrations.
@@ -140,6 +149,13 @@ class Store {
   [[nodiscard]] Status PutApiKey(const ApiKeyRecord& r);
   [[nodiscard]] Result<std::vector<ApiKeyRecord>> ListApiKeys();
   [[nodiscard]] Status DeleteApiKey(const std::string& id);        // ok if missing
+
+  // Volumes. Put is insert-or-update by id (kConflict when another volume has the name);
+  // Get finds a volume by id or by name (kNotFound); List is oldest first.
+  [[nodiscard]] Status PutVolume(const VolumeRecord& r);
+  [[nodiscard]] Result<VolumeRecord> GetVolume(const std::string& id_or_name);
+  [[nodiscard]] Result<std::vector<VolumeRecord>> ListVolumes();
+  [[nodiscard]] Status DeleteVolume(const std::string& id);        // ok if missing
 
   [[nodiscard]] Result<std::optional<std::string>> GetSetting(const std::string& key);
   [[nodiscard]] Status PutSetting(const std::string& key, const std::string& value);

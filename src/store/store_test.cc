@@ -631,7 +631,7 @@ TEST_F(StoreTest, SchemaVersionAndNewerSchemaRefused) {
   sqlite3_stmt* st = nullptr;
   ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, nullptr), SQLITE_OK);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), 3);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 4);
   sqlite3_finalize(st);
   ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr), SQLITE_OK);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
@@ -643,8 +643,29 @@ TEST_F(StoreTest, SchemaVersionAndNewerSchemaRefused) {
   auto s = Store::Open(path_);
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().message.find("newer"), std::string::npos) << s.error().message;
-  RawExec(path_, "PRAGMA user_version = 3");
+  RawExec(path_, "PRAGMA user_version = 4");
   Reopen();
+}
+
+TEST_F(StoreTest, VolumesAreFoundByIdOrNameAndNamesAreUnique) {
+  ASSERT_TRUE(store_->PutVolume({"vol-a", "data", 1 << 20, "ready", 10}));
+  ASSERT_TRUE(store_->PutVolume({"vol-b", "cache", 2 << 20, "creating", 20}));
+  EXPECT_EQ(store_->PutVolume({"vol-c", "data", 1, "ready", 30}).error().code, Errc::kConflict);
+  Reopen();
+  auto by_name = store_->GetVolume("data");
+  ASSERT_TRUE(by_name) << by_name.error().message;
+  EXPECT_EQ(by_name->id, "vol-a");
+  EXPECT_EQ(by_name->size_bytes, 1 << 20);
+  auto by_id = store_->GetVolume("vol-b");
+  ASSERT_TRUE(by_id);
+  EXPECT_EQ(by_id->name, "cache");
+  EXPECT_EQ(by_id->state, "creating");
+  EXPECT_EQ(store_->GetVolume("nope").error().code, Errc::kNotFound);
+  ASSERT_EQ(store_->ListVolumes()->size(), 2u);
+  EXPECT_EQ((*store_->ListVolumes())[0].name, "data");
+  ASSERT_TRUE(store_->DeleteVolume("vol-a"));
+  ASSERT_TRUE(store_->DeleteVolume("vol-a"));
+  EXPECT_EQ(store_->ListVolumes()->size(), 1u);
 }
 
 TEST_F(StoreTest, ApiKeysAreStoredByHashWithUniqueNames) {
@@ -676,6 +697,7 @@ TEST_F(StoreTest, MigrationThreeAddsApiKeysToAVersionTwoDatabase) {
   ASSERT_TRUE(store_->PutSetting("kept", "yes"));
   store_.reset();
   RawExec(path_, "DROP TABLE api_keys");
+  RawExec(path_, "DROP TABLE volumes");
   RawExec(path_, "PRAGMA user_version = 2");
   Reopen();
   EXPECT_EQ(store_->GetSetting("kept")->value_or(""), "yes");

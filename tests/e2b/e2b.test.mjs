@@ -17,6 +17,8 @@ import {
   SandboxError,
   SandboxNotFoundError,
   TimeoutError,
+  Volume,
+  VolumeError,
 } from 'e2b'
 
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
@@ -437,11 +439,43 @@ describe('bad input', () => {
       const bad = await fetch(`${API}/v2/sandboxes`, {
         method: 'POST',
         headers: { 'X-API-KEY': process.env.E2B_API_KEY, 'Content-Type': 'application/json' },
-        body: JSON.stringify({ templateID: 'base', volumeMounts: [{ name: 'v', path: '/v' }] }),
+        body: JSON.stringify({ templateID: 'base', volumeMounts: [{ name: 'v', path: 'not-absolute' }] }),
       })
       assert.equal(bad.status, 400)
       assert.equal((await bad.json()).code, 400)
     })
+  })
+})
+
+// Volumes (docs/volumes.md): E2B's content API is spaced itself.
+describe('volumes', () => {
+  before(() => {
+    process.env.E2B_VOLUME_API_URL ??= API
+  })
+
+  test('Volume: create, files without a sandbox, mount, read back, destroy', async () => {
+    const name = `js-${process.pid}-${Date.now()}`
+    const vol = await Volume.create(name)
+    assert.equal(vol.name, name)
+    const written = await vol.writeFile('/dir/hello.txt', 'from the sdk')
+    assert.equal(written.type, 'file')
+    assert.equal(written.size, 12)
+    assert.equal(await vol.readFile('/dir/hello.txt'), 'from the sdk')
+    assert.ok((await vol.list('/dir')).some((e) => e.name === 'hello.txt' && e.type === 'file'))
+    assert.equal(await vol.exists('/nope'), false)
+    assert.equal((await Volume.getInfo(vol.volumeId)).name, name)
+    assert.ok((await Volume.list()).some((v) => v.volumeId === vol.volumeId))
+
+    const sbx = await create({ volumeMounts: { '/data': vol } })
+    const r = await sbx.commands.run('cat /data/dir/hello.txt && echo from-sandbox > /data/back.txt')
+    assert.equal(r.stdout, 'from the sdk')
+    assert.equal(await vol.readFile('/back.txt'), 'from-sandbox\n')
+    await assert.rejects(Volume.destroy(vol.volumeId), VolumeError)  // mounted: 409
+    await sbx.kill()
+    await vol.remove('/dir')
+    assert.equal(await vol.exists('/dir'), false)
+    assert.equal(await Volume.destroy(vol.volumeId), true)
+    assert.equal(await Volume.destroy(vol.volumeId), false)
   })
 })
 

@@ -7,7 +7,7 @@ so a failure reproduces. Checks: no 5xx (not_a_server_error), answers as describ
 Left out, on purpose: creating sandboxes and forks (each fuzzed case would start real
 sandboxes, against the create limit), template builds (they read paths on spaced's host),
 key deletion (the fuzzer would revoke the key it runs with), the event stream (without
-?duration= it never ends), MCP (its tools do all of the
+?duration= it never ends), volume creation (each is an mkfs and a loop mount), MCP (its tools do all of the
 above; tests/mcp drives it), and the port proxy (it reaches a sandbox's own server)."""
 
 import os
@@ -18,7 +18,8 @@ import urllib.request
 
 MAX_EXAMPLES = int(os.environ.get("SPACE_FUZZ_EXAMPLES", "25"))
 MAX_TIME = int(os.environ.get("SPACE_FUZZ_SECONDS", "240"))
-EXCLUDED_OPERATIONS = ["createSandbox", "forkSandbox", "e2bCreateSandbox", "buildTemplate", "deleteKey", "streamEvents", "mcp"]
+EXCLUDED_OPERATIONS = ["createSandbox", "forkSandbox", "e2bCreateSandbox", "buildTemplate", "deleteKey", "streamEvents", "mcp",
+                       "createVolume", "e2bCreateVolume"]
 
 
 def test_fuzz_the_live_api(spaced, tmp_path):

@@ -217,6 +217,51 @@ def test_e2b_answers_validate(api):
         api.call("DELETE", "/sandboxes/{sandboxID}", params=sid, auth=False, headers=e2b, expect=204)
 
 
+def test_volume_answers_validate(api):
+    """Named volumes (docs/volumes.md) and their E2B face: every route, good and bad input."""
+    name = f"openapi-{int(time.time() * 1000)}"
+    v = api.call("POST", "/v1/volumes", body={"name": name, "size_bytes": 16 << 20}, expect=201).json()
+    vp = {"volume": name}
+    try:
+        api.call("POST", "/v1/volumes", body={"name": "bad name"}, expect=400)
+        api.call("POST", "/v1/volumes", body={"name": name}, expect=409)
+        api.call("GET", "/v1/volumes", expect=200)
+        api.call("GET", "/v1/volumes/{volume}", params=vp, expect=200)
+        api.call("GET", "/v1/volumes/{volume}", params={"volume": "no-such"}, expect=404)
+        f = {"path": "/d/file.txt"}
+        api.call("PUT", "/v1/volumes/{volume}/files", params=vp, query=f, body=b"vol\n",
+                 content_type="application/octet-stream", expect=200)
+        assert api.call("GET", "/v1/volumes/{volume}/files", params=vp, query=f, expect=200).body == b"vol\n"
+        api.call("GET", "/v1/volumes/{volume}/files:stat", params=vp, query=f, expect=200)
+        api.call("GET", "/v1/volumes/{volume}/files:list", params=vp, query={"path": "/", "depth": 2}, expect=200)
+        api.call("POST", "/v1/volumes/{volume}/files:mkdir", params=vp, query={"path": "/e/f"}, expect=200)
+        api.call("POST", "/v1/volumes/{volume}/files:rename", params=vp, body={"from": "/d/file.txt", "to": "/moved"}, expect=200)
+        api.call("DELETE", "/v1/volumes/{volume}/files", params=vp, query={"path": "/e", "recursive": "1"}, expect=200)
+        api.call("GET", "/v1/volumes/{volume}/files", params=vp, query={"path": "/no/such"}, expect=404)
+
+        e2b = {"X-API-KEY": api.key}
+        ev = {"volumeID": v["id"]}
+        api.call("GET", "/volumes", auth=False, headers=e2b, expect=200)
+        got = api.call("GET", "/volumes/{volumeID}", params=ev, auth=False, headers=e2b, expect=200).json()
+        bearer = {"Authorization": f"Bearer {got['token']}"}
+        api.call("PUT", "/volumecontent/{volumeID}/file", params=ev, query={"path": "/e2b.txt"}, auth=False,
+                 headers=bearer, body=b"e2b", content_type="application/octet-stream", expect=201)
+        assert api.call("GET", "/volumecontent/{volumeID}/file", params=ev, query={"path": "/e2b.txt"},
+                        auth=False, headers=bearer, expect=200).body == b"e2b"
+        api.call("GET", "/volumecontent/{volumeID}/path", params=ev, query={"path": "/e2b.txt"}, auth=False, headers=bearer, expect=200)
+        api.call("PATCH", "/volumecontent/{volumeID}/path", params=ev, query={"path": "/e2b.txt"}, auth=False,
+                 headers=bearer, body={"mode": 420}, expect=400)
+        api.call("POST", "/volumecontent/{volumeID}/dir", params=ev, query={"path": "/dd"}, auth=False, headers=bearer, expect=201)
+        api.call("GET", "/volumecontent/{volumeID}/dir", params=ev, query={"path": "/"}, auth=False, headers=bearer, expect=200)
+        api.call("DELETE", "/volumecontent/{volumeID}/path", params=ev, query={"path": "/dd"}, auth=False, headers=bearer, expect=204)
+        api.call("GET", "/volumecontent/{volumeID}/dir", params=ev, auth=False, expect=401)
+        other = api.call("POST", "/volumes", auth=False, headers=e2b, body={"name": name + "-e2b"}, expect=201).json()
+        api.call("DELETE", "/volumes/{volumeID}", params={"volumeID": other["volumeID"]}, auth=False, headers=e2b, expect=204)
+        api.call("DELETE", "/volumes/{volumeID}", params={"volumeID": other["volumeID"]}, auth=False, headers=e2b, expect=404)
+    finally:
+        api.call("DELETE", "/v1/volumes/{volume}", params=vp, expect=200)
+
+
 def test_every_route_was_validated(api, spec):
     """Run last: the tests above validated an answer of every route of the spec."""
     seen = {(m, t) for m, t, _ in api.checked}

@@ -33,6 +33,8 @@ Awaitable<bool> Route(Ctx& ctx);
 // Control plane and envd halves (each true if it handled the request).
 Awaitable<bool> RouteControl(Ctx& ctx);
 Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sandbox_id);
+// E2B volumes: /volumes and /volumecontent (routes_e2b_volumes.cc, docs/volumes.md).
+Awaitable<bool> RouteVolumes(Ctx& ctx);
 
 // The `envdAccessToken` of a sandbox, checked on every envd request: SPACE's sandbox token
 // with every sandbox scope (expires; revoked when the sandbox is deleted).

@@ -107,8 +107,18 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   auto network = NetworkFromE2b(body);
   if (!network) return tl::unexpected(network.error());
   req.network = std::move(*network);
+  // volumeMounts [{name, path}]: SPACE's named volumes (docs/volumes.md).
+  if (const Json* vm = JsonField(body, "volumeMounts"); vm && !vm->is_null()) {
+    if (!vm->is_array()) return Fail(Errc::kInvalidArgument, "volumeMounts must be an array of {name, path}");
+    for (const auto& m : *vm) {
+      if (!m.is_object() || !JsonField(m, "name") || !m["name"].is_string() || !JsonField(m, "path") ||
+          !m["path"].is_string())
+        return Fail(Errc::kInvalidArgument, "volumeMounts[] must be {name, path}");
+      req.volumes.push_back({m["name"].get<std::string>(), m["path"].get<std::string>(), false});
+    }
+  }
   // What SPACE has no equivalent for is refused rather than silently ignored.
-  for (const char* key : {"mcp", "volumeMounts", "iam", "autoResume"}) {
+  for (const char* key : {"mcp", "iam", "autoResume"}) {
     const Json* f = JsonField(body, key);
     bool empty = !f || f->is_null() || (f->is_object() && f->empty()) || (f->is_array() && f->empty());
     if (key == std::string("autoResume") && f && f->is_object())

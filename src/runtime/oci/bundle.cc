@@ -274,6 +274,12 @@ Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
                       {"source", host},
                       {"options", {"bind", "ro", "nosuid", "nodev", "noexec"}}});
   }
+  for (const auto& v : p.volume_binds) {
+    mounts.push_back({{"destination", v.inside},
+                      {"type", "bind"},
+                      {"source", v.host},
+                      {"options", {"bind", v.read_only ? "ro" : "rw", "nosuid", "nodev"}}});
+  }
   if (!p.resolv_conf_path.empty()) {
     mounts.push_back({{"destination", "/etc/resolv.conf"},
                       {"type", "bind"},

@@ -35,6 +35,12 @@ struct BundleParams {
   std::string netns_path;
   std::string resolv_conf_path;
   std::vector<std::pair<std::string, std::string>> file_binds;  // host path -> path inside (ro)
+  // Named volumes: host path (a bind inside the bundle) -> path inside, read-only or not.
+  struct VolumeBind {
+    std::string host, inside;
+    bool read_only = false;
+  };
+  std::vector<VolumeBind> volume_binds;
 };
 
 // Docker's default capability set without CAP_NET_RAW (no raw or packet sockets: a

@@ -162,6 +162,7 @@ class OciRuntime final : public Runtime {
     c.suspend_keeps_processes = false;
     c.snapshot_kinds = {"filesystem"};
     c.network = true;
+    c.volumes = true;
     return c;
   }
 
@@ -503,6 +504,23 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
       bp.file_binds.emplace_back(host, inside);
     }
   }
+  // Volumes: each volume's host mount is bound inside the bundle (what crun's helper
+  // namespace sees, as for the rootfs), read-only in the kernel when asked, then bound at
+  // its path by crun. Destroy unmounts bundle/vol-N.
+  for (size_t i = 0; i < spec.volumes.size(); ++i) {
+    const auto& v = spec.volumes[i];
+    if (v.path.empty() || v.path[0] != '/' || v.path.find("..") != std::string::npos)
+      return Fail(Errc::kInvalidArgument, "oci: bad volume path " + v.path);
+    const std::string at = bundle + "/vol-" + std::to_string(i);
+    if (::mkdir(at.c_str(), 0700) != 0) return ErrnoFail("mkdir " + at);
+    if (::mount(v.host_path.c_str(), at.c_str(), nullptr, MS_BIND, nullptr) != 0)
+      return ErrnoFail("bind volume " + v.host_path + " to " + at);
+    unsigned long ro = v.read_only ? MS_RDONLY : 0;
+    if (::mount(nullptr, at.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | ro,
+                nullptr) != 0)
+      return ErrnoFail("remount volume bind " + at);
+    bp.volume_binds.push_back({at, v.path, v.read_only});
+  }
   bp.root_path = root;
   bp.agent_binary = opts_.agent_binary;
   bp.run_dir = run;
@@ -728,7 +746,14 @@ Status OciRuntime::Destroy(const std::string& id) {
       if (!rm) problems.push_back(rm.error().message);
     }
   }
-  for (const auto& m : {BundleDir(id) + "/rootfs", BundleDir(id) + "/netns", RunDir(id)}) {
+  std::vector<std::string> mounts = {BundleDir(id) + "/rootfs", BundleDir(id) + "/netns", RunDir(id)};
+  if (DIR* d = ::opendir(BundleDir(id).c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      if (std::string_view(e->d_name).substr(0, 4) == "vol-") mounts.push_back(BundleDir(id) + "/" + e->d_name);
+    }
+    ::closedir(d);
+  }
+  for (const auto& m : mounts) {
     auto um = UnmountAll(m);
     if (!um) problems.push_back(um.error().message);
   }

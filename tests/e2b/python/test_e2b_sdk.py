@@ -6,6 +6,7 @@ import io
 import json
 import os
 import struct
+import time
 from datetime import datetime, timezone
 
 import httpx
@@ -355,7 +356,7 @@ def test_control_plane_errors_carry_e2b_codes():
     assert res.status_code == 404
     assert res.json()["code"] == 404 and "sb-doesnotexist" in res.json()["message"]
     bad = httpx.post(f"{API}/v2/sandboxes", headers={"X-API-KEY": KEY}, trust_env=False,
-                     json={"templateID": "base", "volumeMounts": [{"name": "v", "path": "/v"}]})
+                     json={"templateID": "base", "volumeMounts": [{"name": "v", "path": "not-absolute"}]})
     assert bad.status_code == 400 and bad.json()["code"] == 400
 
 
@@ -383,3 +384,29 @@ def test_network_options_map_onto_space_policies():
     n = space_network(only.sandbox_id)
     assert n["mode"] == "internet" and n["allow_out"] == ["203.0.113.0/24"], n
     assert only.commands.run("echo up").stdout == "up\n"
+
+
+# ---------------------------------------------------------------- volumes (docs/volumes.md)
+
+
+def test_volume_files_mount_and_destroy(monkeypatch):
+    from e2b import Volume, VolumeException
+
+    monkeypatch.setenv("E2B_VOLUME_API_URL", API)  # E2B's content API is spaced itself
+    name = f"py-{os.getpid()}-{int(time.time() * 1000)}"
+    vol = Volume.create(name)
+    assert vol.name == name
+    vol.write_file("/dir/hello.txt", "from python")
+    assert vol.read_file("/dir/hello.txt") == "from python"
+    assert any(e.name == "hello.txt" for e in vol.list("/dir"))
+    assert not vol.exists("/nope")
+    assert any(v.volume_id == vol.volume_id for v in Volume.list())
+    sbx = create(volume_mounts={"/data": vol})
+    r = sbx.commands.run("cat /data/dir/hello.txt && echo from-sandbox > /data/back.txt")
+    assert r.stdout == "from python"
+    assert vol.read_file("/back.txt") == "from-sandbox\n"
+    with pytest.raises(VolumeException):
+        Volume.destroy(vol.volume_id)  # mounted: 409
+    sbx.kill()
+    assert Volume.destroy(vol.volume_id) is True
+    assert Volume.destroy(vol.volume_id) is False

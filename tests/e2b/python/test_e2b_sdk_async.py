@@ -48,3 +48,23 @@ async def test_async_sandbox_end_to_end():
     finally:
         assert await sbx.kill() is True
     assert await sbx.is_running() is False
+
+
+async def test_async_volume_mounted_into_an_async_sandbox(monkeypatch):
+    import os
+    import time
+
+    from e2b import AsyncVolume
+
+    monkeypatch.setenv("E2B_VOLUME_API_URL", os.environ["E2B_API_URL"])  # the content API is spaced
+    vol = await AsyncVolume.create(f"py-async-{os.getpid()}-{int(time.time() * 1000)}")
+    await vol.write_file("/in.txt", "async volume")
+    sbx = await AsyncSandbox.create("base", timeout=300, metadata={"suite": RUN, "role": "async-volume"},
+                                    volume_mounts={"/vol": vol})
+    try:
+        r = await sbx.commands.run("cat /vol/in.txt; echo out > /vol/out.txt")
+        assert r.stdout == "async volume"
+        assert await vol.read_file("/out.txt") == "out\n"
+    finally:
+        await sbx.kill()
+    assert await AsyncVolume.destroy(vol.volume_id) is True
