@@ -122,7 +122,7 @@ std::vector<std::string> ScopeNames(Scopes s) {
 
 // ---------------------------------------------------------------- operator keys
 
-std::string NewApiKey() { return "sk-" + HexEncode(RandomBytes(24)); }
+std::string NewApiKey(bool e2b) { return (e2b ? "e2b_" : "sk-") + HexEncode(RandomBytes(24)); }
 
 std::string HashApiKey(std::string_view key) {
   InitSodium();
