@@ -22,7 +22,8 @@ CREATED: List[Sandbox] = []
 
 def create(**opts) -> Sandbox:
     meta = {"suite": RUN, **opts.pop("metadata", {})}
-    sbx = Sandbox.create("base", timeout=opts.pop("timeout", 600), metadata=meta, **opts)
+    # SPACE's busybox base by its full name: E2B's `base` is SPACE's e2b-base (docs/e2b-compat.md).
+    sbx = Sandbox.create("base:latest", timeout=opts.pop("timeout", 600), metadata=meta, **opts)
     CREATED.append(sbx)
     return sbx
 

@@ -281,7 +281,7 @@ def test_a_wrong_api_key_is_an_authentication_exception():
     with pytest.raises(AuthenticationException):
         Sandbox.list(api_key="wrong-key").next_items()
     with pytest.raises(AuthenticationException):
-        Sandbox.create("base", api_key="wrong-key")
+        Sandbox.create("base:latest", api_key="wrong-key")
 
 
 @pytest.fixture(scope="module")

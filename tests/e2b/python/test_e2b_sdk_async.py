@@ -12,7 +12,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_async_sandbox_end_to_end():
-    sbx = await AsyncSandbox.create("base", timeout=300, metadata={"suite": RUN, "role": "async"},
+    sbx = await AsyncSandbox.create("base:latest", timeout=300, metadata={"suite": RUN, "role": "async"},
                                     envs={"WHO": "async"})
     try:
         assert sbx.sandbox_id.startswith("sb-") and await sbx.is_running()
