@@ -54,7 +54,7 @@ Awaitable<void> RouteRequest(Ctx& ctx) {
   }
   // E2B's envd surface is chosen by a header, whatever the path; it authenticates its own
   // way (X-Access-Token).
-  if (ctx.path != "/healthz" && !e2b::HeaderOr(ctx, "E2b-Sandbox-Id").empty()) {
+  if (ctx.path != "/healthz" && e2b::IsEnvdRequest(ctx)) {
     co_await e2b::Route(ctx);
     co_return;
   }

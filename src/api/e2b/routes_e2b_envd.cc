@@ -666,9 +666,29 @@ Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sb) {
   co_return true;
 }
 
+bool IsEnvdRequest(const Ctx& ctx) {
+  if (!HeaderOr(ctx, "E2b-Sandbox-Id").empty()) return true;
+  const std::string& p = ctx.path;
+  const bool envd_path = p == "/health" || p == "/files" || StartsWith(p, "/process.Process/") ||
+                         StartsWith(p, "/filesystem.Filesystem/");
+  return envd_path && auth::LooksLikeToken(HeaderOr(ctx, "X-Access-Token"));
+}
+
 Awaitable<bool> Route(Ctx& ctx) {
   std::string sb = HeaderOr(ctx, "E2b-Sandbox-Id");
-  if (sb.empty()) co_return co_await RouteControl(ctx);
+  if (sb.empty()) {
+    // No header: the sandbox the envd token names (checked below like any other).
+    auto claims = ctx.opts->signing_keys->Verify(HeaderOr(ctx, "X-Access-Token"), NowUnixMillis() / 1000);
+    if (!claims) {
+      if (StartsWith(ctx.path, "/process.Process/") || StartsWith(ctx.path, "/filesystem.Filesystem/")) {
+        co_await ReplyRpcError(ctx, "unauthenticated", "invalid X-Access-Token: " + claims.error().message);
+      } else {
+        co_await ReplyRestError(ctx, 401, "invalid X-Access-Token: " + claims.error().message);
+      }
+      co_return true;
+    }
+    sb = claims->sandbox_id;
+  }
   // Another port than envd's (the code interpreter's 49999, or any service): E2B's proxy
   // relays it to that port in the sandbox, as a sandbox host {port}-{id}.{domain} would be,
   // with that port's traffic rules (public unless allowPublicTraffic was false, then the

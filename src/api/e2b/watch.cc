@@ -81,7 +81,8 @@ Awaitable<void> WatchDir(Ctx& ctx, const std::string& sb, const Json& req) {
   const Target target = first->first;
   WatchState state = std::move(first->second);
   co_await ctx.StartChunked(200, "application/connect+json");
-  std::string start = rpc::Envelope(0, R"({"event":{"start":{}}})");
+  // WatchDirResponse's oneof is the message itself: {"start":{}}, {"filesystem":{…}}.
+  std::string start = rpc::Envelope(0, R"({"start":{}})");
   co_await ctx.WriteChunk(start);
   int64_t last_write = NowUnixMillis();
   asio::steady_timer timer(co_await asio::this_coro::executor);
@@ -98,12 +99,12 @@ Awaitable<void> WatchDir(Ctx& ctx, const std::string& sb, const Json& req) {
     }
     std::string out;
     for (const auto& ev : DiffWatch(state, *now)) {
-      Json msg = {{"event", {{"filesystem", EventJson(ev)}}}};
+      Json msg = {{"filesystem", EventJson(ev)}};
       out += rpc::Envelope(0, msg.dump());
     }
     state = std::move(*now);
     if (out.empty() && NowUnixMillis() - last_write >= kKeepaliveMs)
-      out = rpc::Envelope(0, R"({"event":{"keepalive":{}}})");
+      out = rpc::Envelope(0, R"({"keepalive":{}})");
     if (!out.empty()) {
       co_await ctx.WriteChunk(out);
       last_write = NowUnixMillis();
