@@ -13,18 +13,17 @@ import pytest
 from e2b import (
     AuthenticationException,
     CommandExitException,
-    FileNotFoundException,
     NotFoundException,
     PtySize,
     Sandbox,
     SandboxException,
-    SandboxNotFoundException,
     SandboxQuery,
     SandboxState,
     TimeoutException,
 )
 
-from conftest import CREATED, MAX_FILE_BYTES, RUN, create, wait_for
+from conftest import (CREATED, MAX_FILE_BYTES, RUN, FileNotFoundException, SandboxNotFoundException,
+                      create, wait_for)
 
 API = os.environ["E2B_API_URL"]
 KEY = os.environ["E2B_API_KEY"]

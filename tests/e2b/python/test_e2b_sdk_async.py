@@ -4,7 +4,9 @@ await (create, commands in the foreground and background, files, pause and conne
 import asyncio
 
 import pytest
-from e2b import AsyncSandbox, CommandExitException, FileNotFoundException, SandboxQuery, SandboxState
+from e2b import AsyncSandbox, CommandExitException, SandboxQuery, SandboxState
+
+from conftest import FileNotFoundException
 
 from conftest import RUN
 
