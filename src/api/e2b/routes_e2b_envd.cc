@@ -412,7 +412,9 @@ Result<Json> FilesystemUnary(core::Platform* p, const std::string& sb, const std
     return Json{{"entries", out}};
   }
   if (method == "Remove") {
-    SPACE_TRY(p->RemoveFile(sb, *path, /*recursive=*/true));
+    // As envd: removing what is not there is no error.
+    Status st = p->RemoveFile(sb, *path, /*recursive=*/true);
+    if (!st && st.error().code != Errc::kNotFound) return tl::unexpected(st.error());
     return Json::object();
   }
   return Fail(Errc::kNotFound, "no method filesystem.Filesystem/" + method);
