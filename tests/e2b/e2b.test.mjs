@@ -663,6 +663,15 @@ describe('envd extras', () => {
     assert.equal(seen.join(''), 'early\nlate\n')
   })
 
+  test('as envd: removing a missing file is no error; metrics only inside the asked range', async () => {
+    await sbx.files.remove('/tmp/no-such-file-here')
+    const now = Date.now()
+    const past = await sbx.getMetrics({ start: new Date(now - 3_600_000), end: new Date(now - 1_800_000) })
+    assert.deepEqual(past, [])
+    const current = await sbx.getMetrics({ start: new Date(now - 60_000), end: new Date(now) })
+    assert.equal(current.length, 1)
+  })
+
   test('files.watchDir reports creates, writes and removes', async () => {
     await sbx.files.makeDir('/tmp/watched')
     const events = []
