@@ -107,3 +107,110 @@ TEST(E2bParse, MultipartInPieces) {
 
 }  // namespace
 }  // namespace space::api
+
+namespace space::api {
+namespace {
+
+TEST(E2bParseTest, ListQueryFiltersOrderAndPages) {
+  std::multimap<std::string, std::string> q;
+  auto get = [&](const std::string& k) {
+    std::vector<std::string> v;
+    for (auto [a, b] = q.equal_range(k); a != b; ++a) v.push_back(a->second);
+    return v;
+  };
+  auto l = e2b::ParseListQuery(get, true);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->states, (std::set<std::string>{"running", "paused"}));
+  EXPECT_FALSE(l->ascending);
+  EXPECT_EQ(l->limit, 100u);
+  q = {{"state", "paused"}, {"order", "asc"}, {"limit", "2"}, {"template", "base"},
+       {"startedAfter", "2026-12-01T19:03:27.5+01:00"}, {"metadata", "a=b&c="}};
+  l = e2b::ParseListQuery(get, true);
+  ASSERT_TRUE(l) << l.error().message;
+  EXPECT_EQ(l->states, (std::set<std::string>{"paused"}));
+  EXPECT_TRUE(l->ascending);
+  EXPECT_EQ(l->limit, 2u);
+  EXPECT_EQ(l->template_ref, "e2b-base:latest");
+  EXPECT_EQ(l->started_after_ms, 1796148207500);
+  EXPECT_EQ(l->metadata, (std::map<std::string, std::string>{{"a", "b"}, {"c", ""}}));
+  q = {{"metadata", "a%3Db%26odd%2520key%3Dx"}};  // encoded once more, key encoded
+  l = e2b::ParseListQuery(get, true);
+  ASSERT_TRUE(l) << l.error().message;
+  EXPECT_EQ(l->metadata, (std::map<std::string, std::string>{{"a", "b"}, {"odd key", "x"}}));
+  q = {{"metadata", "a=b&c="}, {"state", "running"}};
+  // v1 lists running sandboxes and ignores v2's parameters.
+  l = e2b::ParseListQuery(get, false);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->states, (std::set<std::string>{"running"}));
+  EXPECT_EQ(l->limit, 0u);
+  // Bad input is a 400, never ignored.
+  for (auto bad : std::vector<std::multimap<std::string, std::string>>{
+           {{"state", "dead"}}, {{"order", "up"}}, {{"limit", "0"}}, {{"limit", "101"}},
+           {{"limit", "x"}}, {{"startedAfter", "yesterday"}}, {{"startedAfter", "2026-13-01T00:00:00Z"}},
+           {{"nextToken", "garbage"}}, {{"nextToken", "12.sb/../x"}}, {{"metadata", "novalue"}},
+           {{"metadata", "%3Dv"}}, {{"order", "asc"}, {"order", "desc"}}}) {
+    q = bad;
+    auto r = e2b::ParseListQuery(get, true);
+    ASSERT_FALSE(r) << q.begin()->first << "=" << q.begin()->second;
+    EXPECT_EQ(r.error().code, Errc::kInvalidArgument);
+  }
+}
+
+TEST(E2bParseTest, PageTokensRoundTripAndOrder) {
+  e2b::PageCursor c{1796148207000, "sb-abc_1"};
+  auto back = e2b::DecodePageToken(e2b::EncodePageToken(c));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->created_ms, c.created_ms);
+  EXPECT_EQ(back->id, c.id);
+  EXPECT_TRUE(e2b::AfterCursor({1, "b"}, {1, "a"}, true));
+  EXPECT_FALSE(e2b::AfterCursor({1, "b"}, {1, "a"}, false));
+  EXPECT_TRUE(e2b::AfterCursor({0, "z"}, {1, "a"}, false));
+  EXPECT_FALSE(e2b::AfterCursor({1, "a"}, {1, "a"}, true));
+  EXPECT_EQ(*e2b::ParseRfc3339("1970-01-01T00:00:00Z"), 0);
+  EXPECT_EQ(*e2b::ParseRfc3339("2000-03-01T00:00:00.123Z"), 951868800123);
+}
+
+TEST(E2bParseTest, RelativePathsStartAtTheBase) {
+  EXPECT_EQ(e2b::AbsPath("x.txt"), "/x.txt");
+  EXPECT_EQ(e2b::AbsPath("d/x", "/home/user"), "/home/user/d/x");
+  EXPECT_EQ(e2b::AbsPath("./x", "/home/user/"), "/home/user/x");
+  EXPECT_EQ(e2b::AbsPath(".", "/home/user"), "/home/user");
+  EXPECT_EQ(e2b::AbsPath("/etc/hosts", "/home/user"), "/etc/hosts");
+  EXPECT_EQ(e2b::AbsPath("x", "relative"), "/x");
+}
+
+TEST(E2bParseTest, BaseIsE2bBaseSnapshotsRestore) {
+  EXPECT_EQ(e2b::TemplateRef("base"), "e2b-base:latest");
+  EXPECT_EQ(e2b::TemplateRef("base:latest"), "base:latest");  // SPACE's own busybox base
+  auto r = e2b::ParseCreate(Json{{"templateID", "snap-123:default"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->snapshot_id, "snap-123");
+  EXPECT_EQ(r->template_ref, "");
+}
+
+}  // namespace
+}  // namespace space::api
+
+namespace space::api {
+namespace {
+
+TEST(E2bParseTest, WatchDiffs) {
+  Json before = Json::parse(R"([{"path":"/w/a","type":"file","size":3,"mtime_ms":1,"mode":420},
+                                {"path":"/w/d","type":"dir","size":4096,"mtime_ms":1,"mode":493},
+                                {"path":"/w/gone","type":"file","size":0,"mtime_ms":1,"mode":420},
+                                {"path":"/elsewhere","type":"file"}])");
+  Json after = Json::parse(R"([{"path":"/w/a","type":"file","size":5,"mtime_ms":2,"mode":420},
+                               {"path":"/w/d","type":"dir","size":4096,"mtime_ms":9,"mode":448},
+                               {"path":"/w/d/new","type":"file","size":2,"mtime_ms":9,"mode":420}])");
+  auto a = e2b::WatchStateOf(before, "/w"), b = e2b::WatchStateOf(after, "/w/");
+  EXPECT_EQ(a.size(), 3u);
+  auto ev = e2b::DiffWatch(a, b);
+  std::vector<std::pair<std::string, std::string>> want = {
+      {"a", "EVENT_TYPE_WRITE"},      {"d", "EVENT_TYPE_CHMOD"},      {"d/new", "EVENT_TYPE_CREATE"},
+      {"d/new", "EVENT_TYPE_WRITE"}, {"gone", "EVENT_TYPE_REMOVE"}};
+  EXPECT_EQ(ev, want);
+  EXPECT_TRUE(e2b::DiffWatch(b, b).empty());
+}
+
+}  // namespace
+}  // namespace space::api

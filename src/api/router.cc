@@ -20,14 +20,16 @@ std::string Join(const std::vector<std::string>& v) {
 // No entry: 404, or 405 with Allow when the path exists under other methods. The E2B
 // control plane answers in its own error format ({"code","message"}).
 Awaitable<void> NoRoute(Ctx& ctx, const std::vector<std::string>& allowed) {
-  const bool e2b = !ctx.segments.empty() &&
-                   (ctx.segments[0] == "sandboxes" || ctx.segments[0] == "v2" ||
-                    ctx.segments[0] == "volumes" || ctx.segments[0] == "volumecontent");
-  const int status = allowed.empty() ? 404 : 405;
-  const std::string message = allowed.empty() ? "no route " + ctx.method + " " + ctx.path
+  // E2B's paths answer 404 in E2B's shape whatever the method: E2B's API never says 405.
+  const auto& s = ctx.segments;
+  const bool e2b = !s.empty() && (s[0] == "sandboxes" || s[0] == "v2" || s[0] == "v3" ||
+                                  s[0] == "snapshots" || s[0] == "templates" || s[0] == "volumes" ||
+                                  s[0] == "volumecontent");
+  const int status = allowed.empty() || e2b ? 404 : 405;
+  const std::string message = allowed.empty() || e2b ? "no route " + ctx.method + " " + ctx.path
                                               : "method not allowed: " + ctx.path + " takes " + Join(allowed);
   std::vector<std::pair<std::string, std::string>> headers;
-  if (!allowed.empty()) headers.emplace_back("Allow", Join(allowed));
+  if (!allowed.empty() && !e2b) headers.emplace_back("Allow", Join(allowed));
   Json body = e2b ? Json{{"code", status}, {"message", message}}
                   : ErrorBody(Error{allowed.empty() ? Errc::kNotFound : Errc::kInvalidArgument, 0, message});
   co_await ctx.Reply(status, body, headers);
@@ -53,7 +55,7 @@ Awaitable<void> RouteRequest(Ctx& ctx) {
   }
   // E2B's envd surface is chosen by a header, whatever the path; it authenticates its own
   // way (X-Access-Token).
-  if (ctx.path != "/healthz" && !e2b::HeaderOr(ctx, "E2b-Sandbox-Id").empty()) {
+  if (ctx.path != "/healthz" && e2b::IsEnvdRequest(ctx)) {
     co_await e2b::Route(ctx);
     co_return;
   }

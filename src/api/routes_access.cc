@@ -51,7 +51,14 @@ Awaitable<bool> RouteAccess(Ctx& ctx) {
         co_return true;
       }
       std::string name = JsonStringOr(*body, "name", "");
-      auto created = co_await ctx.Blocking([&] { return p->CreateApiKey(name); });
+      // format: "space" (sk-…, the default) or "e2b" (e2b_…, which E2B's SDKs accept).
+      const Json* format = JsonField(*body, "format");
+      if (format && !(format->is_string() && (*format == "space" || *format == "e2b"))) {
+        co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "format must be \"space\" or \"e2b\""});
+        co_return true;
+      }
+      const bool e2b = format && *format == "e2b";
+      auto created = co_await ctx.Blocking([&] { return p->CreateApiKey(name, e2b); });
       if (!created) {
         co_await ctx.ReplyError(created.error());
         co_return true;

@@ -128,7 +128,7 @@ bool SecretEquals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && sodium_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-std::string NewApiKey() { return "sk-" + HexEncode(RandomBytes(24)); }
+std::string NewApiKey(bool e2b) { return (e2b ? "e2b_" : "sk-") + HexEncode(RandomBytes(24)); }
 
 std::string HashApiKey(std::string_view key) {
   InitSodium();

@@ -49,8 +49,10 @@ inline constexpr Scopes kAttachScopes = kCommandsRead | kCommandsWrite;
 std::vector<std::string> ScopeNames(Scopes s);
 
 // ---------------------------------------------------------------- operator keys
-// A new operator key: "sk-" + 48 hex characters (192 bits of system entropy).
-std::string NewApiKey();
+// A new operator key: "sk-" + 48 hex characters (192 bits of system entropy); in E2B's
+// shape (`e2b`), which E2B's SDKs check client-side (^e2b_[0-9a-f]+$), "e2b_" + 48 hex.
+// Both kinds are operator keys alike, on every route.
+std::string NewApiKey(bool e2b = false);
 // The stored form of a key: hex BLAKE2b-256 of a domain tag and the key. Keys are random
 // and high-entropy, so an unsalted fast hash is enough (no dictionary to attack).
 std::string HashApiKey(std::string_view key);

@@ -313,7 +313,7 @@ class Client {
   // ---- Access: operator keys and tokens (client_access.cc) ----
   // POST /v1/keys {"name"}: returns {"id","name","hint","created_at","key"}; "key" is shown
   // only here. Operator keys only.
-  Result<Json> CreateKey(std::string_view name);
+  Result<Json> CreateKey(std::string_view name, bool e2b = false);  // e2b: an e2b_… key
   Result<Json> ListKeys();                              // array of {"id","name","hint",…}
   Result<Json> DeleteKey(std::string_view id_or_name);  // the revoked key's record
   // POST /v1/sandboxes/{id}/tokens with {"scopes":[…],"ttl_s":N,"command_id":…} (all

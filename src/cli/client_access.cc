@@ -7,8 +7,10 @@ namespace space::client {
 using internal::ArrayField;
 using internal::PathEscape;
 
-Result<Json> Client::CreateKey(std::string_view name) {
-  return Call("POST", "/v1/keys", Json{{"name", std::string(name)}});
+Result<Json> Client::CreateKey(std::string_view name, bool e2b) {
+  Json body = {{"name", std::string(name)}};
+  if (e2b) body["format"] = "e2b";
+  return Call("POST", "/v1/keys", body);
 }
 
 Result<Json> Client::ListKeys() {

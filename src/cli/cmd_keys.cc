@@ -10,10 +10,10 @@ namespace space::cli {
 
 namespace {
 
-int RunKeysCreate(Context& ctx, const std::string& name) {
+int RunKeysCreate(Context& ctx, const std::string& name, bool e2b) {
   auto c = ctx.GetClient();
   if (!c) return ReportError(c.error());
-  auto k = (*c)->CreateKey(name);
+  auto k = (*c)->CreateKey(name, e2b);
   if (!k) return ReportError(std::move(k).error().Wrap("keys create " + name));
   if (ctx.globals.json) {
     PrintJson(*k);
@@ -122,9 +122,13 @@ void AddKeyCommands(CLI::App& app, Context& ctx) {
   keys->require_subcommand(1);
   {
     auto name = std::make_shared<std::string>();
+    auto e2b = std::make_shared<bool>(false);
     CLI::App* cmd = keys->add_subcommand("create", "Create an API key; prints it (only this once)");
     cmd->add_option("name", *name, "A unique name, e.g. ci")->required();
-    cmd->callback([&ctx, name] { ctx.exit_code = RunKeysCreate(ctx, *name); });
+    cmd->add_flag("--e2b", *e2b,
+                  "Make the key in E2B's shape (e2b_ + hex), which E2B's SDKs accept as E2B_API_KEY; "
+                  "it works on every SPACE route too");
+    cmd->callback([&ctx, name, e2b] { ctx.exit_code = RunKeysCreate(ctx, *name, *e2b); });
   }
   {
     CLI::App* cmd = keys->add_subcommand("ls", "List API keys (names and hints, never the keys)");

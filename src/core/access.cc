@@ -37,7 +37,7 @@ Status Platform::Impl::LoadKeysLocked() {
   return Ok();
 }
 
-Result<Platform::CreatedApiKey> Platform::CreateApiKey(const std::string& name) {
+Result<Platform::CreatedApiKey> Platform::CreateApiKey(const std::string& name, bool e2b) {
   SPACE_TRY(ValidateKeyName(name));
   std::lock_guard lock(impl_->keys_mu);
   SPACE_TRY(impl_->LoadKeysLocked());
@@ -45,7 +45,7 @@ Result<Platform::CreatedApiKey> Platform::CreateApiKey(const std::string& name) 
     if (k.name == name) return Fail(Errc::kConflict, "an API key named " + name + " exists");
   }
   CreatedApiKey out;
-  out.key = auth::NewApiKey();
+  out.key = auth::NewApiKey(e2b);
   out.record.id = NewId("key");
   out.record.name = name;
   out.record.hash = auth::HashApiKey(out.key);

@@ -431,6 +431,10 @@ Status UnpackTree(const std::string& tar, const std::string& dir_in) {
     if (archive_write_finish_entry(disk) < ARCHIVE_WARN)
       return Fail(Errc::kInternal, std::string("finish ") + path + ": " + archive_error_string(disk));
   }
+  // The tarball holds what is under the root, not the root itself, and `dir` is a 0700
+  // temp dir: give the root the mode every distribution's has, or a template's non-root
+  // USER could not walk its own filesystem.
+  if (::chmod(dir.c_str(), 0755) != 0) return ErrnoFail("chmod " + dir);
   return Ok();
 }
 

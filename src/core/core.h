@@ -333,8 +333,8 @@ class Platform {
     std::string key;
   };
   // kInvalidArgument for a bad name ([A-Za-z0-9._-]{1,64}, not starting with "key-"),
-  // kConflict when the name is taken.
-  [[nodiscard]] Result<CreatedApiKey> CreateApiKey(const std::string& name);
+  // kConflict when the name is taken. `e2b`: the key in E2B's shape (auth::NewApiKey).
+  [[nodiscard]] Result<CreatedApiKey> CreateApiKey(const std::string& name, bool e2b = false);
   [[nodiscard]] Result<std::vector<store::ApiKeyRecord>> ListApiKeys();
   // Revokes the key with this id or name; returns it. kNotFound; kConflict when it is the
   // last key (spaced would be unreachable until its bootstrap key is regenerated).

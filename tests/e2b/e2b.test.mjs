@@ -8,7 +8,10 @@ import fs from 'node:fs'
 import http from 'node:http'
 import { after, before, describe, test } from 'node:test'
 
-import {
+// E2B_SDK_PACKAGE names the SDK release to drive: `e2b` (the newest pinned) or one of the
+// older releases package.json pins under npm aliases (e2b-2-7, e2b-2-45).
+const SDK_PACKAGE = process.env.E2B_SDK_PACKAGE || 'e2b'
+const {
   AuthenticationError,
   CommandExitError,
   FileNotFoundError,
@@ -19,7 +22,11 @@ import {
   TimeoutError,
   Volume,
   VolumeError,
-} from 'e2b'
+  FilesystemEventType,
+} = await import(SDK_PACKAGE)
+const SDK_VERSION = JSON.parse(
+  fs.readFileSync(new URL(`./node_modules/${SDK_PACKAGE}/package.json`, import.meta.url), 'utf8'),
+).version
 
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
   if (!process.env[v]) throw new Error(`${v} must be set`)
@@ -30,7 +37,8 @@ const RUN = `run-${process.pid}-${Date.now()}`
 
 const created = []
 async function create(opts = {}) {
-  const sbx = await Sandbox.create('base', {
+  // SPACE's busybox base by its full name: E2B's `base` is SPACE's e2b-base (docs/e2b-compat.md).
+  const sbx = await Sandbox.create('base:latest', {
     timeoutMs: 600_000,
     ...opts,
     metadata: { suite: RUN, ...(opts.metadata ?? {}) },
@@ -322,7 +330,7 @@ describe('bad input', () => {
 
   test('a wrong API key is an AuthenticationError', async () => {
     await assert.rejects(Sandbox.list({ apiKey: 'wrong-key' }).nextItems(), AuthenticationError)
-    await assert.rejects(Sandbox.create('base', { apiKey: 'wrong-key' }), AuthenticationError)
+    await assert.rejects(Sandbox.create('base:latest', { apiKey: 'wrong-key' }), AuthenticationError)
   })
 
   describe('against a live sandbox', () => {
@@ -558,5 +566,197 @@ describe('network', { skip: NET_LOG ? false : 'no fake internet here' }, () => {
     before = reached('203.0.113.66:80')
     await assert.rejects(get(only, 'http://203.0.113.66/other'), CommandExitError)
     assert.equal(reached('203.0.113.66:80'), before)
+  })
+})
+
+// The rest of E2B's control plane (e2b-dev/infra spec/openapi.yml) on the raw wire, as every
+// SDK release calls some of it: both create paths, connect on both, list pages and filters,
+// refresh, logs, snapshots, the error shape of unknown routes.
+const KEY = process.env.E2B_API_KEY
+const api = (path, opts = {}) =>
+  fetch(`${API}${path}`, {
+    ...opts,
+    headers: { 'X-API-KEY': KEY, 'Content-Type': 'application/json', ...(opts.headers ?? {}) },
+  })
+
+describe('control plane', () => {
+  test('the API key is in E2B shape and opens SPACE routes too', async () => {
+    assert.match(KEY, /^e2b_[0-9a-f]+$/)
+    const who = await fetch(`${API}/v1/whoami`, { headers: { Authorization: `Bearer ${KEY}` } })
+    assert.equal(who.status, 200)
+    assert.equal((await who.json()).kind, 'operator')
+  })
+
+  test('POST /sandboxes creates and POST /sandboxes/{id}/connect connects, as SDKs before 2.51 call them', async () => {
+    const res = await api('/sandboxes', {
+      method: 'POST',
+      body: JSON.stringify({ templateID: 'base:latest', timeout: 300, metadata: { suite: RUN, role: 'v1-create' } }),
+    })
+    assert.equal(res.status, 201)
+    const sb = await res.json()
+    assert.match(sb.sandboxID, /^sb-/)
+    assert.ok(sb.envdAccessToken)
+    created.push({ kill: () => Sandbox.kill(sb.sandboxID) })
+    const conn = await api(`/sandboxes/${sb.sandboxID}/connect`, { method: 'POST', body: '{"timeout":60}' })
+    assert.equal(conn.status, 200)
+    assert.equal((await conn.json()).sandboxID, sb.sandboxID)
+    // connect only extends: the 300 s asked at create stay.
+    const info = await (await api(`/sandboxes/${sb.sandboxID}`)).json()
+    assert.ok(new Date(info.endAt).getTime() - Date.now() > 200_000, info.endAt)
+    // refresh extends too, never shortens.
+    assert.equal((await api(`/sandboxes/${sb.sandboxID}/refreshes`, { method: 'POST', body: '{"duration":10}' })).status, 204)
+    const after = await (await api(`/sandboxes/${sb.sandboxID}`)).json()
+    assert.equal(after.endAt, info.endAt)
+    assert.equal((await api(`/sandboxes/${sb.sandboxID}/refreshes`, { method: 'POST', body: '{"duration":99999}' })).status, 400)
+    const logs = await (await api(`/v2/sandboxes/${sb.sandboxID}/logs`)).json()
+    assert.ok(logs.logs.some((l) => l.message === 'create succeeded' && l.level === 'info'), JSON.stringify(logs))
+    const v1logs = await (await api(`/sandboxes/${sb.sandboxID}/logs`)).json()
+    assert.ok(v1logs.logs.some((l) => l.line === 'create succeeded'))
+    const many = await (await api(`/sandboxes/metrics?sandbox_ids=${sb.sandboxID},sb-doesnotexist`)).json()
+    assert.deepEqual(Object.keys(many.sandboxes), [sb.sandboxID])
+  })
+
+  test('Sandbox.list pages with limit and nextToken, in start order, by state and template', async () => {
+    const role = 'paged'
+    const mine = []
+    for (let i = 0; i < 3; i++) mine.push(await create({ metadata: { role } }))
+    const query = { metadata: { suite: RUN, role } }
+    const pager = Sandbox.list({ query, limit: 2 })
+    const first = await pager.nextItems()
+    assert.equal(first.length, 2)
+    assert.equal(pager.hasNext, true)
+    const second = await pager.nextItems()
+    assert.equal(second.length, 1)
+    assert.equal(pager.hasNext, false)
+    // Newest first by default, each sandbox once.
+    assert.deepEqual([...first, ...second].map((s) => s.sandboxId), mine.map((s) => s.sandboxId).reverse())
+    const asc = await (await api(`/v2/sandboxes?metadata=${encodeURIComponent(`suite=${RUN}&role=${role}`)}&order=asc`)).json()
+    assert.deepEqual(asc.map((s) => s.sandboxID), mine.map((s) => s.sandboxId))
+    const byTemplate = await (await api(`/v2/sandboxes?metadata=${encodeURIComponent(`suite=${RUN}&role=${role}`)}&template=no-such`)).json()
+    assert.deepEqual(byTemplate, [])
+    const later = new Date(Date.now() + 60_000).toISOString()
+    assert.deepEqual(await (await api(`/v2/sandboxes?startedAfter=${later}`)).json(), [])
+    const page = await api(`/v2/sandboxes?metadata=${encodeURIComponent(`suite=${RUN}&role=${role}`)}&limit=1`)
+    assert.match(page.headers.get('x-next-token'), /./)
+    assert.equal(page.headers.get('x-total-running'), '3')
+  })
+
+  test('bad filters and tokens are 400; unknown routes 404 in E2B shape, never 405', async () => {
+    for (const q of ['state=dead', 'limit=0', 'limit=1000', 'nextToken=%%%', 'order=sideways', 'startedAfter=yesterday', 'metadata=novalue']) {
+      const res = await api(`/v2/sandboxes?${q}`)
+      assert.equal(res.status, 400, q)
+      const body = await res.json()
+      assert.equal(body.code, 400)
+      assert.equal(typeof body.message, 'string')
+    }
+    for (const [method, path] of [['PATCH', '/sandboxes/sb-x'], ['GET', '/sandboxes/sb-x/nothing'], ['PUT', '/v2/sandboxes'], ['GET', '/templates/x/y/z']]) {
+      const res = await api(path, { method })
+      assert.equal(res.status, 404, `${method} ${path}`)
+      assert.equal((await res.json()).code, 404)
+    }
+  })
+
+  test('snapshots: create one, list it, start a sandbox from it, delete it', async (t) => {
+    const sbx = await create({ metadata: { role: 'snap' } })
+    await sbx.files.write('/tmp/snap.txt', 'from the snapshot')
+    let snap
+    if (typeof sbx.createSnapshot === 'function') {
+      snap = await sbx.createSnapshot()
+      snap = snap.snapshotId
+    } else {
+      const res = await api(`/sandboxes/${sbx.sandboxId}/snapshots`, { method: 'POST', body: '{}' })
+      assert.equal(res.status, 201)
+      snap = (await res.json()).snapshotID
+    }
+    assert.match(snap, /^snap-/)
+    const listed = await (await api(`/snapshots?sandboxID=${sbx.sandboxId}`)).json()
+    assert.deepEqual(listed.map((s) => s.snapshotID), [snap])
+    const named = await api(`/sandboxes/${sbx.sandboxId}/snapshots`, { method: 'POST', body: '{"name":"mine"}' })
+    assert.equal(named.status, 400)
+    const restored = await Sandbox.create(snap, { timeoutMs: 300_000, metadata: { suite: RUN, role: 'from-snap' } })
+    created.push(restored)
+    assert.equal(await restored.files.read('/tmp/snap.txt'), 'from the snapshot')
+    assert.equal((await api(`/templates/${snap}`, { method: 'DELETE' })).status, 204)
+    assert.equal((await api(`/templates/${snap}`, { method: 'DELETE' })).status, 404)
+  })
+})
+
+describe('envd extras', () => {
+  let sbx
+  before(async () => {
+    sbx = await create({ metadata: { role: 'envd-extras' } })
+  })
+
+  test('commands.connect(pid) replays the output from the start', async () => {
+    const h = await sbx.commands.run('echo early; sleep 1; echo late', { background: true })
+    await new Promise((r) => setTimeout(r, 400))
+    const seen = []
+    const again = await sbx.commands.connect(h.pid, { onStdout: (d) => seen.push(d) })
+    const r = await again.wait()
+    assert.equal(r.stdout, 'early\nlate\n')
+    assert.equal(seen.join(''), 'early\nlate\n')
+  })
+
+  test('as envd: removing a missing file is no error; metrics only inside the asked range', async () => {
+    await sbx.files.remove('/tmp/no-such-file-here')
+    const now = Date.now()
+    const past = await sbx.getMetrics({ start: new Date(now - 3_600_000), end: new Date(now - 1_800_000) })
+    assert.deepEqual(past, [])
+    const current = await sbx.getMetrics({ start: new Date(now - 60_000), end: new Date(now) })
+    assert.equal(current.length, 1)
+  })
+
+  test('files.watchDir reports creates, writes and removes', async () => {
+    await sbx.files.makeDir('/tmp/watched')
+    const events = []
+    const h = await sbx.files.watchDir('/tmp/watched', (e) => events.push(`${e.type}:${e.name}`))
+    await sbx.files.write('/tmp/watched/a.txt', 'one')
+    await waitFor(async () => events.includes(`${FilesystemEventType.CREATE}:a.txt`), 'the create event', 5_000)
+    await sbx.commands.run('echo more >> /tmp/watched/a.txt')
+    await waitFor(async () => events.filter((e) => e === `${FilesystemEventType.WRITE}:a.txt`).length >= 2, 'the write event', 5_000)
+    await sbx.files.remove('/tmp/watched/a.txt')
+    await waitFor(async () => events.includes(`${FilesystemEventType.REMOVE}:a.txt`), 'the remove event', 5_000)
+    await h.stop()
+    await assert.rejects(sbx.files.watchDir('/tmp/no-such-dir', () => {}), (e) => e instanceof FileNotFoundError || e instanceof SandboxError)
+  })
+
+  test('the watcher RPCs and StreamInput on the wire', async () => {
+    const envd = (method, body, type = 'application/json') =>
+      fetch(`${process.env.E2B_SANDBOX_URL}/${method}`, {
+        method: 'POST',
+        headers: { 'Content-Type': type, 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': sbx.envdAccessToken },
+        body,
+      })
+    await sbx.files.makeDir('/tmp/polled')
+    let res = await envd('filesystem.Filesystem/CreateWatcher', '{"path":"/tmp/polled","recursive":true}')
+    assert.equal(res.status, 200)
+    const { watcherId } = await res.json()
+    await sbx.files.write('/tmp/polled/sub/x', 'x')
+    res = await envd('filesystem.Filesystem/GetWatcherEvents', JSON.stringify({ watcherId }))
+    const { events } = await res.json()
+    assert.ok(events.some((e) => e.name === 'sub/x' && e.type === 'EVENT_TYPE_CREATE'), JSON.stringify(events))
+    res = await envd('filesystem.Filesystem/RemoveWatcher', JSON.stringify({ watcherId }))
+    assert.equal(res.status, 200)
+    res = await envd('filesystem.Filesystem/GetWatcherEvents', JSON.stringify({ watcherId }))
+    assert.equal(res.status, 404)
+
+    const h = await sbx.commands.run('head -c 11', { background: true, stdin: true })
+    const env = (obj) => {
+      const p = Buffer.from(JSON.stringify(obj))
+      const b = Buffer.alloc(5 + p.length)
+      b.writeUInt32BE(p.length, 1)
+      p.copy(b, 5)
+      return b
+    }
+    const body = Buffer.concat([
+      env({ start: { process: { pid: h.pid } } }),
+      env({ data: { input: { stdin: Buffer.from('hello ').toString('base64') } } }),
+      env({ keepalive: {} }),
+      env({ data: { input: { stdin: Buffer.from('world').toString('base64') } } }),
+    ])
+    res = await envd('process.Process/StreamInput', body, 'application/connect+json')
+    assert.equal(res.status, 200)
+    const r = await h.wait()
+    assert.equal(r.stdout, 'hello world')
   })
 })

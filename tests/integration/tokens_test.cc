@@ -422,6 +422,23 @@ TEST_F(TokensTest, KeysCli) {
   ASSERT_EQ(rm.exit_code, 0) << rm.err;
   EXPECT_EQ(k.ListSandboxes().error().code, Errc::kUnauthenticated);
   EXPECT_NE(space({"keys", "rm", "cli-key"}).exit_code, 0);
+
+  // --e2b: a key in E2B's shape (what E2B's SDKs check client-side), an operator key on
+  // SPACE's routes like any other, revoked the same way.
+  auto e2b = space({"keys", "create", "--e2b", "e2b-key"});
+  ASSERT_EQ(e2b.exit_code, 0) << e2b.err;
+  std::string ekey = Daemon::Trim(e2b.out);
+  EXPECT_TRUE(StartsWith(ekey, "e2b_")) << e2b.out;
+  EXPECT_EQ(ekey.size(), 4u + 48u);
+  EXPECT_EQ(ekey.find_first_not_of("0123456789abcdef", 4), std::string::npos) << ekey;
+  client::Client ek(daemon_->url(), ekey);
+  EXPECT_TRUE(ek.ListSandboxes());
+  ASSERT_EQ(space({"keys", "rm", "e2b-key"}).exit_code, 0);
+  EXPECT_EQ(ek.ListSandboxes().error().code, Errc::kUnauthenticated);
+  // A format that does not exist is refused, not ignored.
+  auto bad = c().Call("POST", "/v1/keys", Json{{"name", "odd"}, {"format", "aws"}});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::kInvalidArgument);
 }
 
 // Tokens survive a restart; after a rotation old tokens still verify and new ones use the

@@ -121,7 +121,13 @@ env_args=(-u SPACE_URL -u SPACE_API_KEY -u E2B_API_URL -u E2B_SANDBOX_URL -u E2B
 if [ "$ENV_KIND" = space ]; then
   env_args+=("SPACE_URL=$url" "SPACE_API_KEY=$key")
 else
-  env_args+=("E2B_API_URL=$url" "E2B_SANDBOX_URL=$url" "E2B_API_KEY=$key")
+  # An operator key in E2B's shape (e2b_ + hex), as `space keys create --e2b` makes it: some
+  # E2B SDK releases refuse any other key client-side.
+  e2b_key=$(curl -fsS --noproxy '*' -m 10 -X POST -H "Authorization: Bearer $key" \
+    -H 'Content-Type: application/json' -d '{"name":"e2b-suite","format":"e2b"}' "$url/v1/keys" |
+    "$PY" -c 'import json, sys; print(json.load(sys.stdin)["key"])') ||
+    { echo "run_pytest: making an e2b_ API key failed"; exit 1; }
+  env_args+=("E2B_API_URL=$url" "E2B_SANDBOX_URL=$url" "E2B_API_KEY=$e2b_key")
 fi
 # The fake internet's connection log, when the caller made one (E2bPythonSdkTest).
 if [ -n "${SPACE_FAKE_INTERNET_LOG:-}" ]; then env_args+=("SPACE_FAKE_INTERNET_LOG=$SPACE_FAKE_INTERNET_LOG"); fi

@@ -151,4 +151,24 @@ const Json* Field(const Json& msg, std::string_view json_name, std::string_view 
   return &*it;
 }
 
+Result<std::vector<EnvelopeReader::Message>> EnvelopeReader::Feed(std::string_view data) {
+  buf_.append(data);
+  std::vector<Message> out;
+  size_t at = 0;
+  while (buf_.size() - at >= 5) {
+    const auto* b = reinterpret_cast<const unsigned char*>(buf_.data() + at);
+    const uint8_t flags = b[0];
+    const size_t len = (size_t{b[1]} << 24) | (size_t{b[2]} << 16) | (size_t{b[3]} << 8) | b[4];
+    if (ended_) return Fail(Errc::kInvalidArgument, "data after the end-stream envelope");
+    if (flags & kFlagCompressed) return Fail(Errc::kInvalidArgument, "compressed messages are not supported");
+    if (len > kMaxMessage) return Fail(Errc::kInvalidArgument, "message larger than 16 MiB");
+    if (buf_.size() - at - 5 < len) break;
+    out.push_back({flags, buf_.substr(at + 5, len)});
+    if (flags & kFlagEndStream) ended_ = true;
+    at += 5 + len;
+  }
+  buf_.erase(0, at);
+  return out;
+}
+
 }  // namespace space::api::e2b::connect

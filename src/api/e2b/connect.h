@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/common.h"
 #include "common/json.h"
@@ -34,6 +35,24 @@ std::string EndStream(const Json& error = nullptr);
 // The one message of a server-streaming request body: exactly one uncompressed,
 // non-end-stream envelope whose length matches the body. invalid_argument otherwise.
 [[nodiscard]] Result<std::string> SingleMessage(std::string_view body);
+
+// The envelopes of a client-streaming request body, as its bytes arrive in any pieces.
+// Compressed envelopes, ones over kMaxMessage and data after an end-stream envelope are
+// invalid_argument.
+class EnvelopeReader {
+ public:
+  struct Message {
+    uint8_t flags = 0;
+    std::string payload;
+  };
+  [[nodiscard]] Result<std::vector<Message>> Feed(std::string_view data);
+  // Whether the bytes so far end on an envelope's boundary.
+  bool at_boundary() const { return buf_.empty(); }
+
+ private:
+  std::string buf_;
+  bool ended_ = false;
+};
 
 // Parses a message's JSON: empty = {}; anything but an object is invalid_argument.
 [[nodiscard]] Result<Json> ParseMessage(std::string_view payload);

@@ -61,5 +61,32 @@ TEST(ConnectTest, CodesAndStatuses) {
   EXPECT_EQ(Field(m, "missing"), nullptr);
 }
 
+TEST(ConnectTest, EnvelopeReaderTakesPiecesInAnySize) {
+  std::string body = Envelope(0, R"({"a":1})") + Envelope(0, "") + EndStream();
+  for (size_t step : {size_t{1}, size_t{3}, body.size()}) {
+    EnvelopeReader r;
+    std::vector<EnvelopeReader::Message> got;
+    for (size_t i = 0; i < body.size(); i += step) {
+      auto m = r.Feed(std::string_view(body).substr(i, step));
+      ASSERT_TRUE(m) << m.error().message;
+      got.insert(got.end(), m->begin(), m->end());
+    }
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[0].payload, R"({"a":1})");
+    EXPECT_EQ(got[1].payload, "");
+    EXPECT_EQ(got[2].flags & kFlagEndStream, kFlagEndStream);
+    EXPECT_TRUE(r.at_boundary());
+  }
+  EnvelopeReader r;
+  EXPECT_FALSE(r.Feed(Envelope(kFlagCompressed, "x")));
+  EnvelopeReader r2;
+  EXPECT_FALSE(r2.Feed(EndStream() + Envelope(0, "{}")));
+  EnvelopeReader r3;
+  EXPECT_FALSE(r3.Feed(std::string("\0\x7f\xff\xff\xff", 5)));  // 2 GiB
+  EnvelopeReader r4;
+  ASSERT_TRUE(r4.Feed(Envelope(0, "{}").substr(0, 4)));
+  EXPECT_FALSE(r4.at_boundary());
+}
+
 }  // namespace
 }  // namespace space::api::e2b::connect

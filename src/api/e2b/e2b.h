@@ -26,6 +26,11 @@ inline constexpr char kEnvdVersion[] = "0.5.7";
 // other port go to that port inside the sandbox (the code interpreter's is 49999).
 inline constexpr char kEnvdPort[] = "49983";
 
+// Whether a request is for E2B's envd: it names its sandbox in E2b-Sandbox-Id, or (SDK
+// releases before 2.8 send no such header) it is an envd path (/health, /files, the
+// Connect-RPC services) carrying a sandbox token as X-Access-Token.
+bool IsEnvdRequest(const Ctx& ctx);
+
 // Handles the request if it belongs to the E2B surface (answering it, errors included);
 // false otherwise. Called by the server before its own authentication.
 Awaitable<bool> Route(Ctx& ctx);

@@ -3,6 +3,7 @@
 #include "api/e2b/parse.h"
 
 #include <algorithm>
+#include <cctype>
 #include <csignal>
 
 #include "api/e2b/connect.h"
@@ -18,6 +19,8 @@ std::string TemplateRef(const std::string& e2b_template) {
   // E2B's code-interpreter SDKs create from their template's name: ours is the built-in.
   if (e2b_template == "code-interpreter-v1" || e2b_template == "code-interpreter-v1:latest")
     return "code-interpreter:latest";
+  // E2B's `base` (bash, python3, node, git, curl, a `user` account): SPACE's e2b-base built-in.
+  if (e2b_template == "base") return "e2b-base:latest";
   if (e2b_template.find(':') != std::string::npos) return e2b_template;
   return e2b_template + ":latest";
 }
@@ -93,7 +96,13 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   const Json* t = JsonField(body, "templateID");
   if (!t || !t->is_string() || t->get<std::string>().empty())
     return Fail(Errc::kInvalidArgument, "templateID is required");
-  req.template_ref = TemplateRef(t->get<std::string>());
+  // A snapshot's E2B id is its SPACE id (optionally with E2B's ":default" tag).
+  const std::string tid = t->get<std::string>();
+  if (StartsWith(tid, "snap-")) {
+    req.snapshot_id = tid.substr(0, tid.find(':'));
+  } else {
+    req.template_ref = TemplateRef(tid);
+  }
   auto meta = ParseStringMap(body, "metadata", /*null_is_empty=*/true);
   if (!meta) return tl::unexpected(meta.error());
   req.metadata = std::move(*meta);
@@ -146,11 +155,236 @@ std::map<std::string, std::string> ParseMetadataQuery(const std::string& q) {
   return out;
 }
 
+Result<std::map<std::string, std::string>> ParseMetadataFilter(const std::string& query) {
+  std::map<std::string, std::string> out;
+  // Clients that encode the whole string once more than the query decodes: decode it.
+  std::string q = query;
+  if (q.find('=') == std::string::npos && q.find('%') != std::string::npos) q = PercentDecode(q);
+  size_t pos = 0;
+  while (pos <= q.size()) {
+    size_t amp = q.find('&', pos);
+    if (amp == std::string::npos) amp = q.size();
+    std::string kv = q.substr(pos, amp - pos);
+    if (!kv.empty()) {
+      size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0)
+        return Fail(Errc::kInvalidArgument,
+                    "metadata filter must be key=value pairs joined by &, not \"" + kv + "\"");
+      // The SDK encodes keys and values, then the whole string.
+      std::string k = PercentDecode(PercentDecode(kv.substr(0, eq)));
+      if (k.empty()) return Fail(Errc::kInvalidArgument, "metadata filter has an empty key");
+      out[k] = PercentDecode(PercentDecode(kv.substr(eq + 1)));
+    }
+    pos = amp + 1;
+  }
+  return out;
+}
+
+Result<int64_t> ParseRfc3339(const std::string& s) {
+  auto bad = [&] { return Fail(Errc::kInvalidArgument, "not an RFC 3339 date-time: \"" + s + "\""); };
+  // YYYY-MM-DDTHH:MM:SS[.frac](Z|+HH:MM|-HH:MM)
+  if (s.size() < 20) return bad();
+  auto digits = [&](size_t at, size_t n, int* v) {
+    if (at + n > s.size()) return false;
+    *v = 0;
+    for (size_t i = at; i < at + n; ++i) {
+      if (s[i] < '0' || s[i] > '9') return false;
+      *v = *v * 10 + (s[i] - '0');
+    }
+    return true;
+  };
+  int y, mo, d, h, mi, se;
+  if (!digits(0, 4, &y) || s[4] != '-' || !digits(5, 2, &mo) || s[7] != '-' || !digits(8, 2, &d) ||
+      (s[10] != 'T' && s[10] != 't' && s[10] != ' ') || !digits(11, 2, &h) || s[13] != ':' ||
+      !digits(14, 2, &mi) || s[16] != ':' || !digits(17, 2, &se))
+    return bad();
+  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60) return bad();
+  size_t at = 19;
+  int64_t ms = 0;
+  if (at < s.size() && s[at] == '.') {
+    ++at;
+    size_t start = at;
+    int64_t scale = 100;
+    while (at < s.size() && s[at] >= '0' && s[at] <= '9') {
+      ms += (s[at] - '0') * scale;
+      scale /= 10;
+      ++at;
+    }
+    if (at == start) return bad();
+  }
+  int64_t offset_s = 0;
+  if (at < s.size() && (s[at] == 'Z' || s[at] == 'z')) {
+    ++at;
+  } else if (at < s.size() && (s[at] == '+' || s[at] == '-')) {
+    int oh, om;
+    if (!digits(at + 1, 2, &oh) || at + 3 >= s.size() || s[at + 3] != ':' || !digits(at + 4, 2, &om) ||
+        oh > 23 || om > 59)
+      return bad();
+    offset_s = (oh * 3600 + om * 60) * (s[at] == '+' ? 1 : -1);
+    at += 6;
+  } else {
+    return bad();
+  }
+  if (at != s.size()) return bad();
+  // Days from the civil date (Howard Hinnant's algorithm), no time zone involved.
+  int yy = y - (mo <= 2);
+  int era = (yy >= 0 ? yy : yy - 399) / 400;
+  unsigned yoe = static_cast<unsigned>(yy - era * 400);
+  unsigned doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  int64_t days = static_cast<int64_t>(era) * 146097 + doe - 719468;
+  int64_t secs = days * 86400 + h * 3600 + mi * 60 + se - offset_s;
+  return secs * 1000 + ms;
+}
+
+std::string EncodePageToken(const PageCursor& c) { return std::to_string(c.created_ms) + "." + c.id; }
+
+Result<PageCursor> DecodePageToken(const std::string& token) {
+  auto bad = [&] { return Fail(Errc::kInvalidArgument, "invalid nextToken \"" + token + "\""); };
+  size_t dot = token.find('.');
+  if (dot == std::string::npos || dot == 0 || dot > 15 || dot + 1 >= token.size()) return bad();
+  PageCursor c;
+  for (size_t i = 0; i < dot; ++i) {
+    if (token[i] < '0' || token[i] > '9') return bad();
+    c.created_ms = c.created_ms * 10 + (token[i] - '0');
+  }
+  c.id = token.substr(dot + 1);
+  if (c.id.size() > 128) return bad();
+  for (char ch : c.id) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_') return bad();
+  }
+  return c;
+}
+
+Result<size_t> ParsePageLimit(const std::string& limit) {
+  if (limit.empty()) return size_t{100};
+  if (limit.size() > 3 || !std::all_of(limit.begin(), limit.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return Fail(Errc::kInvalidArgument, "limit must be a whole number from 1 to 100, not \"" + limit + "\"");
+  size_t n = std::stoul(limit);
+  if (n < 1 || n > 100) return Fail(Errc::kInvalidArgument, "limit must be from 1 to 100");
+  return n;
+}
+
+bool AfterCursor(const PageCursor& c, const PageCursor& after, bool ascending) {
+  if (c.created_ms != after.created_ms)
+    return ascending ? c.created_ms > after.created_ms : c.created_ms < after.created_ms;
+  return ascending ? c.id > after.id : c.id < after.id;
+}
+
+Result<ListQuery> ParseListQuery(const std::function<std::vector<std::string>(const std::string&)>& get,
+                                 bool v2) {
+  ListQuery q;
+  auto one = [&](const std::string& key) -> Result<std::string> {
+    auto v = get(key);
+    if (v.size() > 1) return Fail(Errc::kInvalidArgument, key + " is given more than once");
+    return v.empty() ? std::string() : v[0];
+  };
+  auto meta = one("metadata");
+  if (!meta) return tl::unexpected(meta.error());
+  auto labels = ParseMetadataFilter(*meta);
+  if (!labels) return tl::unexpected(labels.error());
+  q.metadata = std::move(*labels);
+  if (!v2) {
+    q.states = {"running"};
+    return q;
+  }
+  // state: repeated (explode) or comma-separated; default both.
+  for (const auto& v : get("state")) {
+    for (size_t pos = 0; pos <= v.size();) {
+      size_t comma = v.find(',', pos);
+      if (comma == std::string::npos) comma = v.size();
+      std::string st = v.substr(pos, comma - pos);
+      if (st == "running" || st == "paused") {
+        q.states.insert(st);
+      } else if (!st.empty()) {
+        return Fail(Errc::kInvalidArgument, "state must be running or paused, not \"" + st + "\"");
+      }
+      pos = comma + 1;
+    }
+  }
+  if (q.states.empty()) q.states = {"running", "paused"};
+  auto order = one("order");
+  if (!order) return tl::unexpected(order.error());
+  if (*order == "asc") {
+    q.ascending = true;
+  } else if (!order->empty() && *order != "desc") {
+    return Fail(Errc::kInvalidArgument, "order must be asc or desc, not \"" + *order + "\"");
+  }
+  auto after = one("startedAfter");
+  if (!after) return tl::unexpected(after.error());
+  if (!after->empty()) {
+    auto ms = ParseRfc3339(*after);
+    if (!ms) return Fail(Errc::kInvalidArgument, "startedAfter: " + ms.error().message);
+    q.started_after_ms = *ms;
+  }
+  auto tmpl = one("template");
+  if (!tmpl) return tl::unexpected(tmpl.error());
+  if (!tmpl->empty()) q.template_ref = TemplateRef(*tmpl);
+  auto limit = one("limit");
+  if (!limit) return tl::unexpected(limit.error());
+  auto n = ParsePageLimit(*limit);
+  if (!n) return tl::unexpected(n.error());
+  q.limit = *n;
+  auto token = one("nextToken");
+  if (!token) return tl::unexpected(token.error());
+  if (!token->empty()) {
+    auto c = DecodePageToken(*token);
+    if (!c) return tl::unexpected(c.error());
+    q.after = *c;
+  }
+  return q;
+}
+
+// ---------------------------------------------------------------- watching
+
+WatchState WatchStateOf(const Json& entries, const std::string& dir) {
+  WatchState out;
+  if (!entries.is_array()) return out;
+  const std::string prefix = dir.empty() || dir.back() == '/' ? dir : dir + "/";
+  for (const auto& e : entries) {
+    std::string path = JsonStringOr(e, "path", "");
+    if (!StartsWith(path, prefix) || path.size() == prefix.size()) continue;
+    WatchEntry w;
+    w.type = JsonStringOr(e, "type", "other");
+    w.size = JsonIntOr(e, "size", 0);
+    w.mtime_ms = JsonIntOr(e, "mtime_ms", 0);
+    w.mode = JsonIntOr(e, "mode", 0);
+    out[path.substr(prefix.size())] = w;
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> DiffWatch(const WatchState& before, const WatchState& after) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, now] : after) {
+    auto it = before.find(name);
+    if (it == before.end() || it->second.type != now.type) {
+      if (it != before.end()) out.emplace_back(name, "EVENT_TYPE_REMOVE");
+      out.emplace_back(name, "EVENT_TYPE_CREATE");
+      if (now.type == "file" && now.size > 0) out.emplace_back(name, "EVENT_TYPE_WRITE");
+      continue;
+    }
+    const WatchEntry& was = it->second;
+    // A directory's size and mtime change with its entries: those are reported themselves.
+    if (now.type != "dir" && (was.size != now.size || was.mtime_ms != now.mtime_ms))
+      out.emplace_back(name, "EVENT_TYPE_WRITE");
+    if (was.mode != now.mode) out.emplace_back(name, "EVENT_TYPE_CHMOD");
+  }
+  for (const auto& [name, was] : before) {
+    if (!after.count(name)) out.emplace_back(name, "EVENT_TYPE_REMOVE");
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------- envd helpers
 
-std::string AbsPath(const std::string& path) {
+std::string AbsPath(const std::string& path, const std::string& base) {
   if (!path.empty() && path[0] == '/') return path;
-  return "/" + path;
+  std::string b = base.empty() || base[0] != '/' ? "/" : base;
+  if (b.back() != '/') b += '/';
+  if (path.empty() || path == ".") return b.size() > 1 ? b.substr(0, b.size() - 1) : b;
+  if (StartsWith(path, "./")) return b + path.substr(2);
+  return b + path;
 }
 
 std::string BasicUser(const std::string& auth) {
@@ -255,11 +489,11 @@ Result<core::CommandRequest::PtySize> ParseUpdate(const Json& req) {
 
 // ---------------------------------------------------------------- filesystem.Filesystem
 
-Result<std::string> PathField(const Json& req, const char* name) {
+Result<std::string> PathField(const Json& req, const char* name, const std::string& base) {
   const Json* f = rpc::Field(req, name);
   if (!f || !f->is_string() || f->get<std::string>().empty())
     return Fail(Errc::kInvalidArgument, std::string(name) + " is required");
-  return AbsPath(f->get<std::string>());
+  return AbsPath(f->get<std::string>(), base);
 }
 
 int ListDirDepth(const Json& req) {

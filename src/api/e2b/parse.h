@@ -8,8 +8,11 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "api/parse.h"
 
@@ -27,10 +30,43 @@ std::string TemplateRef(const std::string& e2b_template);
 [[nodiscard]] Result<int64_t> TimeoutSeconds(const Json& body);
 // ?metadata= "k=v&k2=v2" (the SDK encodes keys and values, then the whole string) -> labels.
 std::map<std::string, std::string> ParseMetadataQuery(const std::string& q);
+// The same, strict: a pair without "=" or with an empty key is kInvalidArgument.
+[[nodiscard]] Result<std::map<std::string, std::string>> ParseMetadataFilter(const std::string& q);
+// An RFC 3339 date-time ("2026-12-01T19:03:27Z", fractions and offsets allowed) in unix ms.
+[[nodiscard]] Result<int64_t> ParseRfc3339(const std::string& s);
+
+// Where a page of a list ends: the last item's start time and id (lists are ordered by
+// start time, then id). Sent to clients as an opaque token (X-Next-Token / nextToken).
+struct PageCursor {
+  int64_t created_ms = 0;
+  std::string id;
+};
+std::string EncodePageToken(const PageCursor& c);
+[[nodiscard]] Result<PageCursor> DecodePageToken(const std::string& token);
+// ?limit= of a paged list: 1..100 (default 100).
+[[nodiscard]] Result<size_t> ParsePageLimit(const std::string& limit);
+// Whether an item at `c` comes after `after` in the given order.
+bool AfterCursor(const PageCursor& c, const PageCursor& after, bool ascending);
+
+// GET /sandboxes and /v2/sandboxes: the query's filters, order and page.
+struct ListQuery {
+  std::set<std::string> states;                 // E2B states: running, paused
+  std::map<std::string, std::string> metadata;  // all must match
+  bool ascending = false;                       // v2 default: newest first
+  int64_t started_after_ms = -1;                // -1 = any
+  std::string template_ref;                     // a SPACE ref (TemplateRef); "" = any
+  size_t limit = 0;                             // 0 = all (v1)
+  std::optional<PageCursor> after;
+};
+// `get(key)` gives every value of a query parameter. v1 lists running sandboxes only and
+// takes only metadata; v2 takes state, order, startedAfter, template, limit and nextToken.
+[[nodiscard]] Result<ListQuery> ParseListQuery(
+    const std::function<std::vector<std::string>(const std::string&)>& get, bool v2);
 
 // ---- envd (routes_e2b_envd.cc)
 // E2B accepts paths relative to the user's home; SPACE's commands default to / there.
-std::string AbsPath(const std::string& path);
+// A relative path is taken from `base` (the sandbox's working directory, E2B's user home).
+std::string AbsPath(const std::string& path, const std::string& base = "/");
 // The user of an `Authorization: Basic base64("user:")` header value; "" when not one.
 std::string BasicUser(const std::string& authorization);
 // A Content-Type without its parameters ("multipart/form-data; boundary=x" -> the type).
@@ -50,9 +86,25 @@ std::string MultipartBoundary(const std::string& content_type);
 // process.Process/Update: pty.size.
 [[nodiscard]] Result<core::CommandRequest::PtySize> ParseUpdate(const Json& req);
 // filesystem.Filesystem: a required path field, made absolute.
-[[nodiscard]] Result<std::string> PathField(const Json& req, const char* name);
+[[nodiscard]] Result<std::string> PathField(const Json& req, const char* name, const std::string& base = "/");
 // filesystem.Filesystem/ListDir: depth, 1..16 (default 1).
 int ListDirDepth(const Json& req);
+
+// Directory watching (watch.cc) polls the directory's listing and reports what changed
+// between two listings as envd's FilesystemEvents.
+struct WatchEntry {
+  std::string type;  // agent ENTRY type: file, dir, symlink, other
+  int64_t size = 0;
+  int64_t mtime_ms = 0;
+  int64_t mode = 0;
+};
+// Relative path (to the watched directory) -> entry.
+using WatchState = std::map<std::string, WatchEntry>;
+// The state of an agent ListFiles answer (an array of ENTRY objects) under `dir`.
+WatchState WatchStateOf(const Json& entries, const std::string& dir);
+// The events between two states, as {name, EVENT_TYPE_…}: a new entry is CREATE (then WRITE
+// when it has content), a changed size or mtime WRITE, a changed mode CHMOD, a gone one REMOVE.
+std::vector<std::pair<std::string, std::string>> DiffWatch(const WatchState& before, const WatchState& after);
 
 // An incremental multipart/form-data parser: parts arrive through Feed() in any
 // pieces; each part's name (the filename, or the request's path) and bytes go to the

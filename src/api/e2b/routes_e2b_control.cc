@@ -1,20 +1,20 @@
-// E2B control plane: /v2/sandboxes, /sandboxes/{id}/… and /v2/sandboxes/{id}/connect,
-// mapped onto core::Platform's sandboxes and operations. E2B's calls are synchronous, so
-// each waits for its operation. Errors are E2B's {"code":<http status>,"message"}.
+// E2B control plane: every sandbox path of E2B's OpenAPI description (e2b-dev/infra
+// spec/openapi.yml) that maps onto SPACE — create (/sandboxes and /v2/sandboxes), connect,
+// list v1 and v2, info, kill, timeout, refresh, pause and resume, network, metrics — on
+// core::Platform's sandboxes and operations; snapshots, fork and logs are in
+// routes_e2b_snapshots.cc. E2B's calls are synchronous, so each waits for its operation.
+// Errors are E2B's {"code":<http status>,"message"}; a path E2B does not serve, or one that
+// does not map onto SPACE, is 404 in that shape (never 405).
 #include <sodium.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 
-#include "api/e2b/e2b.h"
+#include "api/e2b/control.h"
 #include "api/e2b/parse.h"
 
 namespace space::api::e2b {
-
-namespace {
-
-// How long a synchronous E2B call waits for its SPACE operation.
-constexpr int64_t kOperationWaitMs = 5 * 60 * 1000;
 
 Awaitable<void> ReplyError(Ctx& ctx, int status, const std::string& message) {
   Json body = {{"code", status}, {"message", message}};
@@ -26,38 +26,36 @@ Awaitable<void> ReplyError(Ctx& ctx, const Error& e) {
 }
 
 std::string TemplateId(const std::string& ref) {
+  // E2B's `base` is SPACE's e2b-base (TemplateRef): shown by the name E2B users gave.
+  if (ref == "e2b-base:latest") return "base";
   const std::string suffix = ":latest";
   if (ref.size() > suffix.size() && ref.compare(ref.size() - suffix.size(), suffix.size(), suffix) == 0)
     return ref.substr(0, ref.size() - suffix.size());
   return ref;
 }
 
-// E2B knows two states; SPACE's transitional ones map to where they are heading.
-// "" = not an E2B-visible sandbox (deleting, deleted, error).
+// SPACE's transitional states map to where they are heading.
 std::string E2bState(const std::string& state) {
   if (state == "creating" || state == "running" || state == "waking") return "running";
   if (state == "paused" || state == "suspended" || state == "suspending") return "paused";
   return "";
 }
 
-bool Gone(const store::SandboxRecord& r) { return E2bState(r.state).empty(); }
+Result<store::SandboxRecord> Visible(core::Platform* p, const std::string& id) {
+  auto rec = p->GetSandbox(id);
+  if (!rec) return rec;
+  if (E2bState(rec->state).empty()) return Fail(Errc::kNotFound, "sandbox " + id + " not found");
+  return rec;
+}
 
-// The fields every E2B sandbox rendering shares (ListedSandbox, SandboxDetail).
-// One sample of E2B's SandboxMetric from SPACE's figures (unknown ones as 0; memTotal and
-// diskTotal are the sandbox's limits, the host's RAM when memory is unlimited).
-Json E2bMetric(const core::SandboxUsage& u) {
-  auto whole = [](int64_t v) { return v < 0 ? int64_t{0} : v; };
-  int64_t mem_total = u.memory_limit_bytes;
-  if (mem_total <= 0) mem_total = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
-  return {{"timestamp", FormatRfc3339(u.timestamp_ms)},
-          {"timestampUnix", u.timestamp_ms / 1000},
-          {"cpuUsedPct", u.cpu_used_pct < 0 ? 0.0 : u.cpu_used_pct},
-          {"cpuCount", static_cast<int64_t>(std::ceil(u.cpu_count))},
-          {"memUsed", whole(u.memory_bytes)},
-          {"memTotal", mem_total},
-          {"memCache", whole(u.memory_cache_bytes)},
-          {"diskUsed", whole(u.disk_bytes)},
-          {"diskTotal", u.disk_limit_bytes}};
+Awaitable<Status> Finish(Ctx& ctx, const store::OperationRecord& op, int64_t wait_ms) {
+  auto done = co_await AwaitOperation(ctx, op.id, wait_ms);
+  if (!done) co_return tl::unexpected(done.error());
+  if (done->state == "failed")
+    co_return Fail(ErrcFromName(done->error_code), done->error_message);
+  if (!Finished(*done))
+    co_return Fail(Errc::kDeadlineExceeded, "operation " + op.id + " did not finish in time");
+  co_return Ok();
 }
 
 Json Listed(const store::SandboxRecord& r) {
@@ -80,7 +78,6 @@ Json Listed(const store::SandboxRecord& r) {
           {"envdVersion", kEnvdVersion}};
 }
 
-// The answer to create and connect (E2B's `Sandbox`).
 Json Created(const Ctx& ctx, const store::SandboxRecord& r) {
   return {{"sandboxID", r.id},
           {"templateID", TemplateId(r.template_ref)},
@@ -92,24 +89,45 @@ Json Created(const Ctx& ctx, const store::SandboxRecord& r) {
           {"domain", SandboxDomain(ctx)}};
 }
 
-// The sandbox as E2B may see it: kNotFound for unknown or deleted ones.
-Result<store::SandboxRecord> Visible(core::Platform* p, const std::string& id) {
-  auto rec = p->GetSandbox(id);
-  if (!rec) return rec;
-  if (Gone(*rec)) return Fail(Errc::kNotFound, "sandbox " + id + " not found");
-  return rec;
+namespace {
+
+// One sample of E2B's SandboxMetric from SPACE's figures (unknown ones as 0; memTotal and
+// diskTotal are the sandbox's limits, the host's RAM when memory is unlimited).
+Json E2bMetric(const core::SandboxUsage& u) {
+  auto whole = [](int64_t v) { return v < 0 ? int64_t{0} : v; };
+  int64_t mem_total = u.memory_limit_bytes;
+  if (mem_total <= 0) mem_total = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+  return {{"timestamp", FormatRfc3339(u.timestamp_ms)},
+          {"timestampUnix", u.timestamp_ms / 1000},
+          {"cpuUsedPct", u.cpu_used_pct < 0 ? 0.0 : u.cpu_used_pct},
+          {"cpuCount", static_cast<int64_t>(std::ceil(u.cpu_count))},
+          {"memUsed", whole(u.memory_bytes)},
+          {"memTotal", mem_total},
+          {"memCache", whole(u.memory_cache_bytes)},
+          {"diskUsed", whole(u.disk_bytes)},
+          {"diskTotal", u.disk_limit_bytes}};
 }
 
-// Waits for an operation; its failure (or not finishing in time) becomes the error.
-Awaitable<Status> Finish(Ctx& ctx, const store::OperationRecord& op) {
-  auto done = co_await AwaitOperation(ctx, op.id, kOperationWaitMs);
-  if (!done) co_return tl::unexpected(done.error());
-  if (done->state == "failed")
-    co_return Fail(ErrcFromName(done->error_code), done->error_message);
-  if (!Finished(*done))
-    co_return Fail(Errc::kDeadlineExceeded, "operation " + op.id + " did not finish in time");
-  co_return Ok();
+// The built-in a create's template names, when it is one that is not built yet: the
+// create waits for its build (or its import from the shared cache), as E2B's create waits
+// for its sandbox. "" otherwise.
+std::string MissingBuiltin(core::Platform* p, const std::string& ref) {
+  const std::string name = ref.substr(0, ref.find(':'));
+  auto names = p->BuiltinTemplateNames();
+  if (std::find(names.begin(), names.end(), name + ":latest") == names.end() &&
+      std::find(names.begin(), names.end(), name) == names.end())
+    return "";
+  auto list = p->ListTemplates();
+  if (list) {
+    for (const auto& t : *list) {
+      if (t.name + ":" + t.tag == ref) return "";
+    }
+  }
+  return ref;
 }
+
+// A built-in's first build can take minutes (an import from the cache about one).
+constexpr int64_t kBuiltinWaitMs = 20 * 60 * 1000;
 
 Awaitable<void> Create(Ctx& ctx) {
   core::Platform* p = ctx.platform;
@@ -122,6 +140,19 @@ Awaitable<void> Create(Ctx& ctx) {
   if (!req) {
     co_await ReplyError(ctx, req.error());
     co_return;
+  }
+  if (req->snapshot_id.empty()) {
+    std::string ref = req->template_ref;
+    auto builtin = co_await ctx.Blocking([&] { return MissingBuiltin(p, ref); });
+    if (!builtin.empty()) {
+      auto op = co_await ctx.Blocking([&] { return p->EnsureBuiltinTemplate(builtin); });
+      Status built = op ? co_await Finish(ctx, *op, kBuiltinWaitMs) : Status(tl::unexpected(op.error()));
+      if (!built) {
+        co_await ReplyError(ctx, 503, "template " + ref + " (a SPACE built-in) could not be prepared: " +
+                                         built.error().message);
+        co_return;
+      }
+    }
   }
   auto created = co_await ctx.Blocking([&] { return p->CreateSandbox(*req); });
   if (!created) {
@@ -141,36 +172,54 @@ Awaitable<void> Create(Ctx& ctx) {
   co_await ctx.Reply(201, reply);
 }
 
+// GET /sandboxes (v1: running ones, metadata filter, one answer) and GET /v2/sandboxes
+// (state, metadata, template and startedAfter filters, order, pages of `limit` with
+// X-Next-Token, X-Total-Running).
 Awaitable<void> List(Ctx& ctx, bool v2) {
   core::Platform* p = ctx.platform;
-  core::SandboxFilter filter;
-  filter.labels = ParseMetadataQuery(ctx.Query("metadata"));
-  std::set<std::string> states;
-  std::string st;
-  for (const auto& v : ctx.QueryAll("state")) st += (st.empty() ? "" : ",") + v;
-  if (st.empty()) st = v2 ? "running,paused" : "running";
-  for (size_t pos = 0; pos <= st.size();) {
-    size_t comma = st.find(',', pos);
-    if (comma == std::string::npos) comma = st.size();
-    std::string one = st.substr(pos, comma - pos);
-    if (one == "running" || one == "paused") {
-      states.insert(one);
-    } else if (!one.empty()) {
-      co_await ReplyError(ctx, 400, "state must be running or paused, not \"" + one + "\"");
-      co_return;
-    }
-    pos = comma + 1;
+  auto q = ParseListQuery([&](const std::string& k) { return ctx.QueryAll(k); }, v2);
+  if (!q) {
+    co_await ReplyError(ctx, q.error());
+    co_return;
   }
+  core::SandboxFilter filter;
+  filter.labels = q->metadata;
   auto list = co_await ctx.Blocking([&] { return p->ListSandboxes(filter); });
   if (!list) {
     co_await ReplyError(ctx, list.error());
     co_return;
   }
-  Json out = Json::array();
-  for (const auto& r : *list) {
-    if (states.count(E2bState(r.state))) out.push_back(Listed(r));
+  std::vector<store::SandboxRecord> match;
+  for (auto& r : *list) {
+    if (!q->states.count(E2bState(r.state))) continue;
+    if (q->started_after_ms >= 0 && r.created_ms < q->started_after_ms) continue;
+    if (!q->template_ref.empty() && r.template_ref != q->template_ref &&
+        TemplateId(r.template_ref) != q->template_ref)
+      continue;
+    match.push_back(std::move(r));
   }
-  co_await ctx.Reply(200, out);
+  int64_t running = 0;
+  for (const auto& r : match) running += E2bState(r.state) == "running";
+  const bool asc = q->ascending;
+  std::sort(match.begin(), match.end(), [asc](const auto& a, const auto& b) {
+    return AfterCursor({b.created_ms, b.id}, {a.created_ms, a.id}, asc);
+  });
+  Json out = Json::array();
+  std::vector<std::pair<std::string, std::string>> headers;
+  size_t taken = 0;
+  for (size_t i = 0; i < match.size(); ++i) {
+    const auto& r = match[i];
+    if (q->after && !AfterCursor({r.created_ms, r.id}, *q->after, asc)) continue;
+    if (q->limit > 0 && taken == q->limit) {
+      const auto& last = match[i - 1];
+      headers.emplace_back("X-Next-Token", EncodePageToken({last.created_ms, last.id}));
+      break;
+    }
+    out.push_back(Listed(r));
+    ++taken;
+  }
+  if (v2 && q->states.count("running")) headers.emplace_back("X-Total-Running", std::to_string(running));
+  co_await ctx.Reply(200, out, headers);
 }
 
 Awaitable<void> Kill(Ctx& ctx, const std::string& id) {
@@ -204,6 +253,18 @@ Awaitable<Status> Transition(Ctx& ctx, const std::string& id, const std::string&
 
 Awaitable<void> Pause(Ctx& ctx, const std::string& id) {
   core::Platform* p = ctx.platform;
+  auto body = co_await ctx.ReadJson();
+  if (!body) {
+    co_await ReplyError(ctx, body.error());
+    co_return;
+  }
+  // memory: false (a filesystem-only pause) is SPACE's suspend.
+  const Json* memory = JsonField(*body, "memory");
+  if (memory && !memory->is_boolean() && !memory->is_null()) {
+    co_await ReplyError(ctx, 400, "memory must be a boolean");
+    co_return;
+  }
+  const bool keep_memory = !memory || !memory->is_boolean() || memory->get<bool>();
   auto rec = co_await ctx.Blocking([&] { return Visible(p, id); });
   if (!rec) {
     co_await ReplyError(ctx, rec.error());
@@ -213,7 +274,7 @@ Awaitable<void> Pause(Ctx& ctx, const std::string& id) {
     co_await ReplyError(ctx, 409, "sandbox " + id + " is already paused");
     co_return;
   }
-  auto st = co_await Transition(ctx, id, "pause");
+  auto st = co_await Transition(ctx, id, keep_memory ? "pause" : "suspend");
   if (!st) {
     co_await ReplyError(ctx, st.error());
     co_return;
@@ -221,8 +282,21 @@ Awaitable<void> Pause(Ctx& ctx, const std::string& id) {
   co_await ctx.ReplyBytes(204, "", "application/json");
 }
 
+// Sets the sandbox to expire `secs` from now, unless it already lives longer (connect and
+// refresh only extend; setTimeout, `force`, sets it either way).
+Result<store::SandboxRecord> ExtendTimeout(core::Platform* p, const std::string& id, int64_t secs, bool force) {
+  auto rec = Visible(p, id);
+  if (!rec) return rec;
+  if (!force) {
+    int64_t expires = JsonIntOr(rec->spec, "expires_ms", 0);
+    // No expiry at all, or a later one: nothing to extend.
+    if (expires <= 0 || expires >= NowUnixMillis() + secs * 1000) return rec;
+  }
+  return p->SetTimeout(id, secs, "");
+}
+
 // connect (and the older resume): a paused sandbox is resumed, a suspended one woken;
-// a running one is answered as it is. A timeout in the body is applied afterwards.
+// a running one is answered as it is. The timeout in the body only extends its life.
 Awaitable<void> Connect(Ctx& ctx, const std::string& id) {
   core::Platform* p = ctx.platform;
   auto body = co_await ctx.ReadJson();
@@ -252,7 +326,7 @@ Awaitable<void> Connect(Ctx& ctx, const std::string& id) {
   }
   if (*timeout >= 0) {
     int64_t secs = *timeout;
-    auto set = co_await ctx.Blocking([&] { return p->SetTimeout(id, secs, ""); });
+    auto set = co_await ctx.Blocking([&] { return ExtendTimeout(p, id, secs, false); });
     if (!set) {
       co_await ReplyError(ctx, set.error());
       co_return;
@@ -267,21 +341,33 @@ Awaitable<void> Connect(Ctx& ctx, const std::string& id) {
   co_await ctx.Reply(status, reply);
 }
 
-Awaitable<void> SetTimeout(Ctx& ctx, const std::string& id) {
+// POST /sandboxes/{id}/timeout {timeout} (sets) and /refreshes {duration} (extends; 15 s
+// by default, at most an hour as on E2B).
+Awaitable<void> SetTimeout(Ctx& ctx, const std::string& id, bool refresh) {
   core::Platform* p = ctx.platform;
   auto body = co_await ctx.ReadJson();
-  auto timeout = body ? TimeoutSeconds(*body) : Result<int64_t>(tl::unexpected(body.error()));
-  if (timeout && *timeout < 0) timeout = Fail(Errc::kInvalidArgument, "timeout is required");
+  Result<int64_t> timeout = tl::unexpected(Error{Errc::kInvalidArgument, 0, ""});
+  if (!body) {
+    timeout = tl::unexpected(body.error());
+  } else if (refresh) {
+    const Json* d = JsonField(*body, "duration");
+    if (!d || d->is_null()) {
+      timeout = 15;
+    } else if (!d->is_number_integer() || d->get<int64_t>() < 0 || d->get<int64_t>() > 3600) {
+      timeout = Fail(Errc::kInvalidArgument, "duration must be 0 to 3600 seconds");
+    } else {
+      timeout = d->get<int64_t>();
+    }
+  } else {
+    timeout = TimeoutSeconds(*body);
+    if (timeout && *timeout < 0) timeout = Fail(Errc::kInvalidArgument, "timeout is required");
+  }
   if (!timeout) {
     co_await ReplyError(ctx, timeout.error());
     co_return;
   }
   int64_t secs = *timeout;
-  auto rec = co_await ctx.Blocking([&]() -> Result<store::SandboxRecord> {
-    auto v = Visible(p, id);
-    if (!v) return v;
-    return p->SetTimeout(id, secs, "");
-  });
+  auto rec = co_await ctx.Blocking([&] { return ExtendTimeout(p, id, secs, !refresh); });
   if (!rec) {
     co_await ReplyError(ctx, rec.error());
     co_return;
@@ -289,73 +375,172 @@ Awaitable<void> SetTimeout(Ctx& ctx, const std::string& id) {
   co_await ctx.ReplyBytes(204, "", "application/json");
 }
 
+// PUT /sandboxes/{id}/network: E2B's SandboxNetworkUpdateConfig (allowOut, denyOut) as
+// SPACE's egress policy, replacing the current one.
+Awaitable<void> UpdateNetwork(Ctx& ctx, const std::string& id) {
+  core::Platform* p = ctx.platform;
+  auto body = co_await ctx.ReadJson();
+  if (!body) {
+    co_await ReplyError(ctx, body.error());
+    co_return;
+  }
+  Json net = *body;
+  net.erase("allowPublicTraffic");  // fixed at create, as on E2B
+  auto policy = NetworkFromE2b(Json{{"allow_internet_access", true}, {"network", net}});
+  if (!policy) {
+    co_await ReplyError(ctx, policy.error());
+    co_return;
+  }
+  Json egress = Json::object();
+  for (const char* k : {"mode", "allow_out", "deny_out"}) {
+    if (policy->contains(k)) egress[k] = (*policy)[k];
+  }
+  auto done = co_await ctx.Blocking([&]() -> Result<Json> {
+    auto v = Visible(p, id);
+    if (!v) return tl::unexpected(v.error());
+    return p->SetNetwork(id, egress);
+  });
+  if (!done) {
+    co_await ReplyError(ctx, done.error());
+    co_return;
+  }
+  co_await ctx.ReplyBytes(204, "", "application/json");
+}
+
+Awaitable<void> Info(Ctx& ctx, const std::string& id) {
+  core::Platform* p = ctx.platform;
+  auto rec = co_await ctx.Blocking([&] { return Visible(p, id); });
+  if (!rec) {
+    co_await ReplyError(ctx, rec.error());
+    co_return;
+  }
+  Json detail = Listed(*rec);
+  detail["envdAccessToken"] = AccessToken(ctx, *rec);
+  detail["domain"] = SandboxDomain(ctx);
+  detail["allowInternetAccess"] = core::Platform::StoredPolicy(*rec).internet();
+  detail["lifecycle"] = {
+      {"onTimeout", JsonStringOr(rec->spec, "on_timeout", "delete") == "delete" ? "kill" : "pause"},
+      {"autoResume", false}};
+  co_await ctx.Reply(200, detail);
+}
+
+// GET /sandboxes/{id}/metrics: no history is kept, so one sample measured now (the
+// figures of GET /v1/sandboxes/{id}/metrics); none while the sandbox has no instance.
+Awaitable<void> Metrics(Ctx& ctx, const std::string& id) {
+  core::Platform* p = ctx.platform;
+  for (const char* k : {"start", "end"}) {
+    std::string v = ctx.Query(k);
+    if (!v.empty() && (v.size() > 12 || !std::all_of(v.begin(), v.end(), ::isdigit))) {
+      co_await ReplyError(ctx, 400, std::string(k) + " must be a unix time in seconds");
+      co_return;
+    }
+  }
+  auto rec = co_await ctx.Blocking([&] { return Visible(p, id); });
+  if (!rec) {
+    co_await ReplyError(ctx, rec.error());
+    co_return;
+  }
+  auto u = co_await ctx.Blocking([&] { return p->Usage(id); });
+  // The one sample is "now": answered only when now falls in the asked range (with E2B's
+  // 10 s of slack for its collection buckets and second-precision parameters).
+  const int64_t now_s = NowUnixMillis() / 1000;
+  std::string start = ctx.Query("start"), end = ctx.Query("end");
+  const bool in_range = (start.empty() || std::stoll(start) <= now_s + 10) &&
+                        (end.empty() || std::stoll(end) + 10 >= now_s);
+  Json samples = Json::array();
+  if (u && in_range) samples.push_back(E2bMetric(*u));
+  co_await ctx.Reply(200, samples);
+}
+
+// GET /sandboxes/metrics?sandbox_ids=a,b: the latest sample of each (at most 100).
+Awaitable<void> ManyMetrics(Ctx& ctx) {
+  core::Platform* p = ctx.platform;
+  std::vector<std::string> ids;
+  for (const auto& v : ctx.QueryAll("sandbox_ids")) {
+    for (size_t pos = 0; pos <= v.size();) {
+      size_t comma = v.find(',', pos);
+      if (comma == std::string::npos) comma = v.size();
+      if (comma > pos) ids.push_back(v.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+  }
+  if (ids.empty() || ids.size() > 100) {
+    co_await ReplyError(ctx, 400, "sandbox_ids must name 1 to 100 sandboxes");
+    co_return;
+  }
+  Json out = Json::object();
+  for (const auto& id : ids) {
+    auto u = co_await ctx.Blocking([&]() -> Result<core::SandboxUsage> {
+      auto v = Visible(p, id);
+      if (!v) return tl::unexpected(v.error());
+      return p->Usage(id);
+    });
+    if (u) out[id] = E2bMetric(*u);
+  }
+  Json reply = {{"sandboxes", out}};
+  co_await ctx.Reply(200, reply);
+}
+
+// Whether a path belongs to E2B's control plane (all of it answers in E2B's shape).
+bool IsControlPath(const std::vector<std::string>& s) {
+  if (s.empty()) return false;
+  if (s[0] == "sandboxes" || s[0] == "snapshots" || s[0] == "templates") return true;
+  return s.size() >= 2 && (s[0] == "v2" || s[0] == "v3") && (s[1] == "sandboxes" || s[1] == "templates");
+}
+
 }  // namespace
 
 Awaitable<bool> RouteControl(Ctx& ctx) {
   const auto& s = ctx.segments;
-  // /sandboxes[/{id}[/verb]] and /v2/sandboxes[/{id}/connect]
-  size_t base = !s.empty() && s[0] == "sandboxes" ? 1 : (s.size() >= 2 && s[0] == "v2" && s[1] == "sandboxes") ? 2 : 0;
-  if (base == 0) co_return false;
+  if (!IsControlPath(s)) co_return false;
   if (!ApiKeyValid(ctx)) {
     co_await ReplyError(ctx, 401, "missing or invalid API key (X-API-KEY)");
     co_return true;
   }
-  const bool v2 = base == 2;
   const std::string& m = ctx.method;
-  if (s.size() == base) {
-    if (m == "POST" && v2) {
-      co_await Create(ctx);
-    } else if (m == "GET") {
-      co_await List(ctx, v2);
-    } else {
-      co_await ReplyError(ctx, 405, "method not allowed");
-    }
-    co_return true;
-  }
-  const std::string id = s[base];
-  const std::string verb = s.size() == base + 2 ? s[base + 1] : "";
-  if (s.size() > base + 2) {
-    co_await ReplyError(ctx, 404, "no route " + m + " " + ctx.path);
-  } else if (s.size() == base + 1 && !v2 && m == "GET") {
-    core::Platform* p = ctx.platform;
-    auto rec = co_await ctx.Blocking([&] { return Visible(p, id); });
-    if (!rec) {
-      co_await ReplyError(ctx, rec.error());
-      co_return true;
-    }
-    Json detail = Listed(*rec);
-    detail["envdAccessToken"] = AccessToken(ctx, *rec);
-    detail["domain"] = SandboxDomain(ctx);
-    detail["allowInternetAccess"] = core::Platform::StoredPolicy(*rec).internet();
-    detail["lifecycle"] = {
-        {"onTimeout", JsonStringOr(rec->spec, "on_timeout", "delete") == "delete" ? "kill" : "pause"},
-        {"autoResume", false}};
-    co_await ctx.Reply(200, detail);
-  } else if (s.size() == base + 1 && !v2 && m == "DELETE") {
+  const size_t n = s.size();
+  const bool v2 = s[0] == "v2";
+  // /sandboxes…, /v2/sandboxes…: the id and verb after the prefix.
+  const bool sandboxes = s[0] == "sandboxes" || (v2 && s[1] == "sandboxes");
+  const size_t base = s[0] == "sandboxes" ? 1 : 2;
+  const std::string id = sandboxes && n > base ? s[base] : "";
+  const std::string verb = sandboxes && n == base + 2 ? s[base + 1] : "";
+  if (sandboxes && n == base && m == "POST") {
+    co_await Create(ctx);
+  } else if (sandboxes && n == base && m == "GET") {
+    co_await List(ctx, v2);
+  } else if (!v2 && n == 2 && s[0] == "sandboxes" && id == "metrics" && m == "GET") {
+    co_await ManyMetrics(ctx);
+  } else if (!v2 && sandboxes && n == 2 && m == "GET") {
+    co_await Info(ctx, id);
+  } else if (!v2 && sandboxes && n == 2 && m == "DELETE") {
     co_await Kill(ctx, id);
-  } else if (m == "POST" && verb == "connect" && v2) {
+  } else if (sandboxes && verb == "connect" && m == "POST") {
     co_await Connect(ctx, id);
-  } else if (m == "POST" && verb == "resume" && !v2) {
+  } else if (sandboxes && verb == "logs" && m == "GET") {
+    co_await Logs(ctx, id, v2);
+  } else if (!v2 && verb == "resume" && m == "POST") {
     co_await Connect(ctx, id);
-  } else if (m == "POST" && verb == "pause" && !v2) {
+  } else if (!v2 && verb == "pause" && m == "POST") {
     co_await Pause(ctx, id);
-  } else if (m == "POST" && verb == "timeout" && !v2) {
-    co_await SetTimeout(ctx, id);
-  } else if (m == "GET" && verb == "metrics" && !v2) {
-    // No history is kept: one sample, measured now (the figures of
-    // GET /v1/sandboxes/{id}/metrics); none while the sandbox has no instance.
-    core::Platform* p = ctx.platform;
-    auto rec = co_await ctx.Blocking([&] { return Visible(p, id); });
-    if (!rec) {
-      co_await ReplyError(ctx, rec.error());
-    } else {
-      auto u = co_await ctx.Blocking([&] { return p->Usage(id); });
-      Json samples = Json::array();
-      if (u) samples.push_back(E2bMetric(*u));
-      co_await ctx.Reply(200, samples);
-    }
+  } else if (!v2 && verb == "timeout" && m == "POST") {
+    co_await SetTimeout(ctx, id, false);
+  } else if (!v2 && verb == "refreshes" && m == "POST") {
+    co_await SetTimeout(ctx, id, true);
+  } else if (!v2 && verb == "network" && m == "PUT") {
+    co_await UpdateNetwork(ctx, id);
+  } else if (!v2 && verb == "metrics" && m == "GET") {
+    co_await Metrics(ctx, id);
+  } else if (!v2 && verb == "snapshots" && m == "POST") {
+    co_await CreateSnapshot(ctx, id);
+  } else if (!v2 && verb == "fork" && m == "POST") {
+    co_await Fork(ctx, id);
+  } else if (n == 1 && s[0] == "snapshots" && m == "GET") {
+    co_await ListSnapshots(ctx);
+  } else if (n == 2 && s[0] == "templates" && m == "DELETE") {
+    co_await DeleteTemplate(ctx, s[1]);
   } else {
-    co_await ReplyError(ctx, 404, m + " " + ctx.path + " is not supported by SPACE");
+    co_await ReplyError(ctx, 404, m + " " + ctx.path + " is not served by SPACE's E2B API");
   }
   co_return true;
 }

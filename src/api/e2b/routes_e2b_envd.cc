@@ -7,6 +7,7 @@
 #include "api/e2b/connect.h"
 #include "api/e2b/e2b.h"
 #include "api/e2b/parse.h"
+#include "api/e2b/watch.h"
 #include "net/ingress.h"
 
 namespace space::api::e2b {
@@ -77,6 +78,15 @@ Awaitable<std::optional<Json>> ReadRequest(Ctx& ctx, bool streaming) {
 }
 
 // ---------------------------------------------------------------- helpers
+
+// Where relative paths start: the template's WORKDIR (E2B's user home in e2b-base), else /.
+std::string RelativeBase(core::Platform* p, const std::string& sb) {
+  auto rec = p->GetSandbox(sb);
+  if (!rec) return "/";
+  const Json* tc = JsonField(rec->spec, "template_config");
+  std::string wd = tc ? JsonStringOr(*tc, "workdir", "") : "";
+  return !wd.empty() && wd[0] == '/' ? wd : "/";
+}
 
 std::string Permissions(const std::string& type, int mode) {
   std::string out(1, type == "dir" ? 'd' : type == "symlink" ? 'L' : '-');
@@ -258,8 +268,65 @@ Awaitable<void> ProcessConnect(Ctx& ctx, const std::string& sb) {
     co_return;
   }
   co_await StartStream(ctx, info->record.pid);
-  // As envd does, a new connection sees output from now on.
-  co_await StreamProcess(ctx, sb, *info, info->stdout_size, info->stderr_size);
+  // The output from the start (a command's output is durable in SPACE), so that a client
+  // that connects after the command began misses nothing it printed.
+  co_await StreamProcess(ctx, sb, *info, 0, 0);
+}
+
+// process.Process/StreamInput (client streaming): a StartEvent naming the process, then
+// DataEvents whose bytes go to its stdin as they arrive (keepalives ignored); answered
+// once the request ends, with the empty StreamInputResponse.
+Awaitable<void> ProcessStreamInput(Ctx& ctx, const std::string& sb) {
+  core::Platform* p = ctx.platform;
+  if (ContentType(ctx) != "application/connect+json") {
+    Json body = rpc::ErrorJson("unimplemented", "content type must be application/connect+json (JSON codec)");
+    co_await ctx.Reply(415, body);
+    co_return;
+  }
+  rpc::EnvelopeReader reader;
+  std::string cid;
+  int64_t pid = 0;
+  std::function<Awaitable<Status>(std::string_view)> feed =
+      [&](std::string_view data) -> Awaitable<Status> {
+    auto msgs = reader.Feed(data);
+    if (!msgs) co_return tl::unexpected(msgs.error());
+    for (const auto& m : *msgs) {
+      if (m.flags & rpc::kFlagEndStream) continue;
+      auto msg = rpc::ParseMessage(m.payload);
+      if (!msg) co_return tl::unexpected(msg.error());
+      if (const Json* start = rpc::Field(*msg, "start")) {
+        if (!cid.empty()) co_return Fail(Errc::kInvalidArgument, "StreamInput has one StartEvent");
+        auto want = SelectedPid(*start);
+        if (!want) co_return tl::unexpected(want.error());
+        int64_t n = *want;
+        auto info = co_await ctx.Blocking([&] { return CommandByPid(p, sb, n); });
+        if (!info) co_return tl::unexpected(info.error());
+        cid = info->record.id;
+        pid = n;
+      } else if (const Json* ev = rpc::Field(*msg, "data")) {
+        if (cid.empty()) co_return Fail(Errc::kInvalidArgument, "StreamInput must start with a StartEvent");
+        auto bytes = ParseSendInput(*ev);
+        if (!bytes) co_return tl::unexpected(bytes.error());
+        std::string b = std::move(*bytes);
+        Status st = co_await ctx.Blocking([&] { return p->WriteStdin(sb, cid, b, false); });
+        if (!st && st.error().code == Errc::kConflict)
+          st = Fail(Errc::kNotFound, "process with pid " + std::to_string(pid) + " has ended");
+        if (!st) co_return st;
+      } else if (!rpc::Field(*msg, "keepalive")) {
+        co_return Fail(Errc::kInvalidArgument, "a StreamInputRequest is a start, data or keepalive event");
+      }
+    }
+    co_return Ok();
+  };
+  Status st = co_await ctx.ReadBodyStream(rpc::kMaxMessage + 5, feed);
+  if (st && !reader.at_boundary()) st = Fail(Errc::kInvalidArgument, "the request ends inside a message");
+  if (st && cid.empty()) st = Fail(Errc::kInvalidArgument, "StreamInput must start with a StartEvent");
+  if (!st) {
+    co_await ReplyStreamError(ctx, st.error());
+    co_return;
+  }
+  std::string reply = rpc::Envelope(0, "{}") + rpc::EndStream();
+  co_await ctx.ReplyBytes(200, std::move(reply), "application/connect+json");
 }
 
 // The unary process.Process methods: each returns its response message.
@@ -312,16 +379,17 @@ Result<Json> ProcessUnary(core::Platform* p, const std::string& sb, const std::s
 
 Result<Json> FilesystemUnary(core::Platform* p, const std::string& sb, const std::string& method,
                              const Json& req) {
+  const std::string base = RelativeBase(p, sb);
   if (method == "Move") {
-    auto from = PathField(req, "source");
-    auto to = PathField(req, "destination");
+    auto from = PathField(req, "source", base);
+    auto to = PathField(req, "destination", base);
     if (!from || !to) return tl::unexpected(!from ? from.error() : to.error());
     SPACE_TRY(p->RenameFile(sb, *from, *to));
     auto entry = p->StatFile(sb, *to);
     if (!entry) return tl::unexpected(entry.error());
     return Json{{"entry", EntryInfo(*entry)}};
   }
-  auto path = PathField(req, "path");
+  auto path = PathField(req, "path", base);
   if (!path) return tl::unexpected(path.error());
   if (method == "Stat") {
     auto entry = p->StatFile(sb, *path);
@@ -344,7 +412,9 @@ Result<Json> FilesystemUnary(core::Platform* p, const std::string& sb, const std
     return Json{{"entries", out}};
   }
   if (method == "Remove") {
-    SPACE_TRY(p->RemoveFile(sb, *path, /*recursive=*/true));
+    // As envd: removing what is not there is no error.
+    Status st = p->RemoveFile(sb, *path, /*recursive=*/true);
+    if (!st && st.error().code != Errc::kNotFound) return tl::unexpected(st.error());
     return Json::object();
   }
   return Fail(Errc::kNotFound, "no method filesystem.Filesystem/" + method);
@@ -360,7 +430,8 @@ Awaitable<void> FilesGet(Ctx& ctx, const std::string& sb) {
     co_await ReplyRestError(ctx, 400, "path is required");
     co_return;
   }
-  path = AbsPath(path);
+  const std::string base = co_await ctx.Blocking([&] { return RelativeBase(p, sb); });
+  path = AbsPath(path, base);
   bool eof = false;
   uint64_t size = 0;
   auto first = co_await ctx.Blocking(
@@ -440,6 +511,7 @@ Awaitable<void> FilesPost(Ctx& ctx, const std::string& sb) {
     co_await ReplyRestError(ctx, 400, "Content-Encoding is not supported; upload uncompressed");
     co_return;
   }
+  const std::string base = co_await ctx.Blocking([&] { return RelativeBase(p, sb); });
   std::string ct_full = ctx.Header(http::field::content_type);
   std::string ct = ContentType(ctx);
   Json written = Json::array();
@@ -455,7 +527,7 @@ Awaitable<void> FilesPost(Ctx& ctx, const std::string& sb) {
     mp.on_part = [&](const std::string& filename) -> Status {
       std::string path = !query_path.empty() ? query_path : filename;
       if (path.empty()) return Fail(Errc::kInvalidArgument, "a file part has no path (filename)");
-      sink.emplace(p, sb, AbsPath(path));
+      sink.emplace(p, sb, AbsPath(path, base));
       return Ok();
     };
     // The callbacks run inside Feed, on the blocking pool (they talk to the agent).
@@ -478,7 +550,7 @@ Awaitable<void> FilesPost(Ctx& ctx, const std::string& sb) {
       co_await ReplyRestError(ctx, 400, "path is required for an octet-stream upload");
       co_return;
     }
-    FileSink sink(p, sb, AbsPath(query_path));
+    FileSink sink(p, sb, AbsPath(query_path, base));
     std::function<Awaitable<Status>(std::string_view)> feed =
         [&](std::string_view data) -> Awaitable<Status> {
       std::string copy(data);
@@ -507,7 +579,7 @@ Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sb) {
   const bool is_fs = StartsWith(path, "/filesystem.Filesystem/");
   const bool is_rpc = is_process || is_fs;
   const std::string method = is_rpc ? path.substr(path.find('/', 1) + 1) : "";
-  const bool streaming = method == "Start" || method == "Connect" || method == "WatchDir";
+  const bool streaming = method == "Start" || method == "Connect" || method == "WatchDir" || method == "StreamInput";
 
   // envd only exists while its sandbox runs: otherwise answer as E2B's proxy does (502
   // for REST, unavailable for RPCs), which the SDK reports as a timed-out sandbox.
@@ -551,11 +623,22 @@ Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sb) {
     co_await ProcessConnect(ctx, sb);
     co_return true;
   }
+  if (is_process && method == "StreamInput") {
+    co_await ProcessStreamInput(ctx, sb);
+    co_return true;
+  }
+  if (is_fs && method == "WatchDir") {
+    auto msg = co_await ReadRequest(ctx, true);
+    if (!msg) co_return true;
+    co_await WatchDir(ctx, sb, *msg);
+    co_return true;
+  }
   static const std::set<std::string> kProcessUnary = {"List", "SendInput", "CloseStdin",
                                                       "SendSignal", "Update"};
-  static const std::set<std::string> kFsUnary = {"Stat", "MakeDir", "Move", "ListDir", "Remove"};
+  static const std::set<std::string> kFsUnary = {"Stat",   "MakeDir",       "Move",
+                                                 "ListDir", "Remove",       "CreateWatcher",
+                                                 "GetWatcherEvents", "RemoveWatcher"};
   if (!(is_process ? kProcessUnary : kFsUnary).count(method)) {
-    // StreamInput (client streaming) and the watchers have no SPACE equivalent yet.
     std::string msg = path.substr(1) + " is not supported by SPACE";
     if (streaming) {
       co_await ReplyStreamError(ctx, "unimplemented", msg);
@@ -568,6 +651,8 @@ Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sb) {
   if (!msg) co_return true;
   Json req = std::move(*msg);
   auto resp = co_await ctx.Blocking([&] {
+    if (is_fs && (method == "CreateWatcher" || method == "GetWatcherEvents" || method == "RemoveWatcher"))
+      return WatcherUnary(p, sb, method, req);
     return is_process ? ProcessUnary(p, sb, method, req) : FilesystemUnary(p, sb, method, req);
   });
   if (!resp) {
@@ -583,9 +668,29 @@ Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sb) {
   co_return true;
 }
 
+bool IsEnvdRequest(const Ctx& ctx) {
+  if (!HeaderOr(ctx, "E2b-Sandbox-Id").empty()) return true;
+  const std::string& p = ctx.path;
+  const bool envd_path = p == "/health" || p == "/files" || StartsWith(p, "/process.Process/") ||
+                         StartsWith(p, "/filesystem.Filesystem/");
+  return envd_path && auth::LooksLikeToken(HeaderOr(ctx, "X-Access-Token"));
+}
+
 Awaitable<bool> Route(Ctx& ctx) {
   std::string sb = HeaderOr(ctx, "E2b-Sandbox-Id");
-  if (sb.empty()) co_return co_await RouteControl(ctx);
+  if (sb.empty()) {
+    // No header: the sandbox the envd token names (checked below like any other).
+    auto claims = ctx.opts->signing_keys->Verify(HeaderOr(ctx, "X-Access-Token"), NowUnixMillis() / 1000);
+    if (!claims) {
+      if (StartsWith(ctx.path, "/process.Process/") || StartsWith(ctx.path, "/filesystem.Filesystem/")) {
+        co_await ReplyRpcError(ctx, "unauthenticated", "invalid X-Access-Token: " + claims.error().message);
+      } else {
+        co_await ReplyRestError(ctx, 401, "invalid X-Access-Token: " + claims.error().message);
+      }
+      co_return true;
+    }
+    sb = claims->sandbox_id;
+  }
   // Another port than envd's (the code interpreter's 49999, or any service): E2B's proxy
   // relays it to that port in the sandbox, as a sandbox host {port}-{id}.{domain} would be,
   // with that port's traffic rules (public unless allowPublicTraffic was false, then the

@@ -11,6 +11,15 @@ from typing import Callable, List
 import pytest
 from e2b import Sandbox
 
+try:
+    from e2b import FileNotFoundException
+except ImportError:  # releases before FileNotFoundException (2.7) raise NotFoundException
+    from e2b import NotFoundException as FileNotFoundException
+try:
+    from e2b import SandboxNotFoundException
+except ImportError:  # likewise
+    from e2b import NotFoundException as SandboxNotFoundException
+
 for _v in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY"):
     if not os.environ.get(_v):
         raise RuntimeError(f"{_v} must be set (run through tests/python/run_pytest.sh)")
@@ -22,7 +31,8 @@ CREATED: List[Sandbox] = []
 
 def create(**opts) -> Sandbox:
     meta = {"suite": RUN, **opts.pop("metadata", {})}
-    sbx = Sandbox.create("base", timeout=opts.pop("timeout", 600), metadata=meta, **opts)
+    # SPACE's busybox base by its full name: E2B's `base` is SPACE's e2b-base (docs/e2b-compat.md).
+    sbx = Sandbox.create("base:latest", timeout=opts.pop("timeout", 600), metadata=meta, **opts)
     CREATED.append(sbx)
     return sbx
 

@@ -14,18 +14,17 @@ import pytest
 from e2b import (
     AuthenticationException,
     CommandExitException,
-    FileNotFoundException,
     NotFoundException,
     PtySize,
     Sandbox,
     SandboxException,
-    SandboxNotFoundException,
     SandboxQuery,
     SandboxState,
     TimeoutException,
 )
 
-from conftest import CREATED, MAX_FILE_BYTES, RUN, create, wait_for
+from conftest import (CREATED, MAX_FILE_BYTES, RUN, FileNotFoundException, SandboxNotFoundException,
+                      create, wait_for)
 
 API = os.environ["E2B_API_URL"]
 KEY = os.environ["E2B_API_KEY"]
@@ -282,7 +281,7 @@ def test_a_wrong_api_key_is_an_authentication_exception():
     with pytest.raises(AuthenticationException):
         Sandbox.list(api_key="wrong-key").next_items()
     with pytest.raises(AuthenticationException):
-        Sandbox.create("base", api_key="wrong-key")
+        Sandbox.create("base:latest", api_key="wrong-key")
 
 
 @pytest.fixture(scope="module")

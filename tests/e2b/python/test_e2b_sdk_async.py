@@ -4,7 +4,9 @@ await (create, commands in the foreground and background, files, pause and conne
 import asyncio
 
 import pytest
-from e2b import AsyncSandbox, CommandExitException, FileNotFoundException, SandboxQuery, SandboxState
+from e2b import AsyncSandbox, CommandExitException, SandboxQuery, SandboxState
+
+from conftest import FileNotFoundException
 
 from conftest import RUN
 
@@ -12,7 +14,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_async_sandbox_end_to_end():
-    sbx = await AsyncSandbox.create("base", timeout=300, metadata={"suite": RUN, "role": "async"},
+    sbx = await AsyncSandbox.create("base:latest", timeout=300, metadata={"suite": RUN, "role": "async"},
                                     envs={"WHO": "async"})
     try:
         assert sbx.sandbox_id.startswith("sb-") and await sbx.is_running()
