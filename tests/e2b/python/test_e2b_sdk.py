@@ -355,7 +355,7 @@ def test_control_plane_errors_carry_e2b_codes():
     assert res.status_code == 404
     assert res.json()["code"] == 404 and "sb-doesnotexist" in res.json()["message"]
     bad = httpx.post(f"{API}/v2/sandboxes", headers={"X-API-KEY": KEY}, trust_env=False,
-                     json={"templateID": "base", "volumeMounts": [{"name": "v", "path": "not-absolute"}]})
+                     json={"templateID": "base:latest", "volumeMounts": [{"name": "v", "path": "not-absolute"}]})
     assert bad.status_code == 400 and bad.json()["code"] == 400
 
 
