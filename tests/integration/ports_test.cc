@@ -463,7 +463,7 @@ TEST_F(PortsTest, E2bTrafficTokenAndDomain) {
                        daemon_->api_key() + "\r\nContent-Type: application/json\r\n",
                    body);
   };
-  Response secured = create(R"({"templateID":"base","network":{"allowPublicTraffic":false}})");
+  Response secured = create(R"({"templateID":"base:latest","network":{"allowPublicTraffic":false}})");
   ASSERT_EQ(secured.status, 201) << secured.head << secured.body;
   auto j = ParseJson(secured.body);
   ASSERT_TRUE(j);
@@ -483,7 +483,7 @@ TEST_F(PortsTest, E2bTrafficTokenAndDomain) {
   EXPECT_EQ(r.status, 200) << r.head << r.body;
   EXPECT_EQ(Get(host, "", "/hostname").status, 401);
   // E2B's default: public, no token.
-  Response open = create(R"({"templateID":"base"})");
+  Response open = create(R"({"templateID":"base:latest"})");
   ASSERT_EQ(open.status, 201) << open.body;
   auto oj = ParseJson(open.body);
   ASSERT_TRUE(oj);
