@@ -8,7 +8,7 @@
 //      process.Process and filesystem.Filesystem
 //   2  a control-plane body (POST /sandboxes, /connect, /timeout): ParseJsonBody, then
 //      e2b::ParseCreate and TimeoutSeconds
-//   3  a header or query value: BasicUser, MediaType, MultipartBoundary, ParseMetadataQuery,
+//   3  a header or query value: BasicUser, MediaType, MultipartBoundary, ParseMetadataFilter,
 //      proto3 base64 in both directions, an end-stream message carrying it
 // Checks: no exceptions, errors with the codes the routes map, envelope and base64 round
 // trips, and the ranges each parser promises.
@@ -96,7 +96,7 @@ void Header(std::string_view in) {
   std::string boundary = e2b::MultipartBoundary(s);
   Check(boundary.size() <= s.size() && boundary.find(';') == std::string::npos,
         "a boundary has no ';'");
-  (void)e2b::ParseMetadataQuery(s);
+  (void)e2b::ParseMetadataFilter(s);
   auto back = rpc::Base64Decode(rpc::Base64Encode(in));
   Check(back.has_value() && *back == in, "proto3 bytes round trip");
   if (auto dec = rpc::Base64Decode(in)) {

@@ -69,7 +69,7 @@ void QueryValues(const api::Query& q) {
     for (const auto& [k, v] : f->labels) Check(!k.empty(), "label keys non-empty");
   }
   (void)api::Truthy(api::QueryValue(q, "recursive"));
-  auto labels = space::api::e2b::ParseMetadataQuery(api::QueryValue(q, "metadata"));
+  auto labels = space::api::e2b::ParseMetadataFilter(api::QueryValue(q, "metadata"));
   (void)labels;
 }
 

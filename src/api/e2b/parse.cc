@@ -137,24 +137,6 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   return req;
 }
 
-std::map<std::string, std::string> ParseMetadataQuery(const std::string& q) {
-  std::map<std::string, std::string> out;
-  size_t pos = 0;
-  while (pos <= q.size()) {
-    size_t amp = q.find('&', pos);
-    if (amp == std::string::npos) amp = q.size();
-    std::string kv = q.substr(pos, amp - pos);
-    if (!kv.empty()) {
-      size_t eq = kv.find('=');
-      std::string k = kv.substr(0, eq);
-      std::string v = eq == std::string::npos ? "" : kv.substr(eq + 1);
-      out[PercentDecode(PercentDecode(k))] = PercentDecode(PercentDecode(v));
-    }
-    pos = amp + 1;
-  }
-  return out;
-}
-
 Result<std::map<std::string, std::string>> ParseMetadataFilter(const std::string& query) {
   std::map<std::string, std::string> out;
   // Clients that encode the whole string once more than the query decodes: decode it.

@@ -28,9 +28,8 @@ std::string TemplateRef(const std::string& e2b_template);
 [[nodiscard]] Result<core::CreateSandboxRequest> ParseCreate(const Json& body);
 // {"timeout": seconds} of create, connect and setTimeout: -1 when absent.
 [[nodiscard]] Result<int64_t> TimeoutSeconds(const Json& body);
-// ?metadata= "k=v&k2=v2" (the SDK encodes keys and values, then the whole string) -> labels.
-std::map<std::string, std::string> ParseMetadataQuery(const std::string& q);
-// The same, strict: a pair without "=" or with an empty key is kInvalidArgument.
+// ?metadata= "k=v&k2=v2" (the SDK encodes keys and values, then the whole string) -> labels;
+// a pair without "=" or with an empty key is kInvalidArgument.
 [[nodiscard]] Result<std::map<std::string, std::string>> ParseMetadataFilter(const std::string& q);
 // An RFC 3339 date-time ("2026-12-01T19:03:27Z", fractions and offsets allowed) in unix ms.
 [[nodiscard]] Result<int64_t> ParseRfc3339(const std::string& s);
