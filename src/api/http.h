@@ -38,6 +38,10 @@ using tcp = asio::ip::tcp;
 template <class T>
 using Awaitable = asio::awaitable<T>;
 
+// A create carrying this header makes the sandbox under that id (a cluster gateway picks
+// ids, so a create retried on another node cannot make two sandboxes; docs/cluster.md).
+inline constexpr char kSandboxIdHeader[] = "X-Space-Sandbox-Id";
+
 class HttpMetrics;      // api/metrics.h
 class ConsoleSessions;  // api/console_sessions.h
 

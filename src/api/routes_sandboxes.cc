@@ -26,6 +26,7 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
         co_await ctx.ReplyError(req.error());
         co_return true;
       }
+      req->id = ctx.Header(kSandboxIdHeader);  // a cluster gateway's pick (docs/cluster.md)
       auto created = co_await ctx.Blocking([&] { return p->CreateSandbox(*req); });
       if (!created) {
         co_await ctx.ReplyError(created.error());

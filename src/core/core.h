@@ -67,6 +67,13 @@ struct Config {
   // data dirs ("" = no cache).
   std::string builtin_templates_dir;
   std::string template_cache_dir = "/var/cache/space/templates";
+  // Cluster membership (docs/cluster.md); unset on a single machine. admit_sandbox runs
+  // before a sandbox's id reaches a client (a create, a warm hand-out, each child of a
+  // fork), never with the platform's own lock held: an error refuses that sandbox (kUnavailable
+  // when this node is cut off from the cluster, kConflict when the id is routed to
+  // another node). sandbox_gone runs once a sandbox's record is removed.
+  std::function<Status(const store::SandboxRecord&)> admit_sandbox;
+  std::function<void(const std::string& id)> sandbox_gone;
 };
 
 // Keys for Watch(): "op:<id>", "cmd:<sandbox>:<command>", "sb:<id>".
@@ -99,6 +106,7 @@ struct VolumeMount {
 };
 
 struct CreateSandboxRequest {
+  std::string id;                    // "" = a new one; else this id, unused (a cluster's pick)
   std::string template_ref;          // "" = default
   std::string snapshot_id;           // or start from this snapshot (template ignored)
   std::string runtime;               // "" = default

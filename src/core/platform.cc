@@ -74,6 +74,16 @@ Status ValidateEnvKey(const std::string& k) {
   return Ok();
 }
 
+// A sandbox id a caller picks (a cluster gateway does) has the shape of the ones made
+// here, "sb-" and 16 of [a-z0-9]: ids name cgroups, paths and hosts.
+Status ValidateSandboxId(const std::string& id) {
+  bool ok = id.size() == 19 && id.rfind("sb-", 0) == 0;
+  for (size_t i = 3; ok && i < id.size(); ++i)
+    ok = (id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9');
+  if (!ok) return Fail(Errc::kInvalidArgument, "a sandbox id is sb- and 16 of [a-z0-9], not \"" + id + "\"");
+  return Ok();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- Notifier
@@ -428,6 +438,13 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
 
   auto sb = std::make_shared<Sandbox>();
   sb->rec.id = NewId("sb");
+  if (!req.id.empty()) {
+    SPACE_TRY(ValidateSandboxId(req.id));
+    auto have = store->GetSandbox(req.id);
+    if (have) return Fail(Errc::kConflict, "sandbox " + req.id + " exists already");
+    if (have.error().code != Errc::kNotFound) return tl::unexpected(have.error());
+    sb->rec.id = req.id;
+  }
   sb->rec.template_ref = template_ref;
   sb->rec.template_digest = template_digest;
   sb->rec.runtime = rt;
@@ -458,8 +475,21 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
   auto made = impl_->NewSandbox(req, &digest, &snapshot);
   if (!made) return tl::unexpected(made.error());
   SPACE_TRY(impl_->AdmitDisk("create"));
-  if (auto member = impl_->ClaimFromPool(req)) {
+  // A warm sandbox has an id of its own: not when the request names one.
+  if (auto member = req.id.empty() ? impl_->ClaimFromPool(req) : nullptr) {
     // A warm sandbox takes on what the request asked for; its instance is already running.
+    if (impl_->config.admit_sandbox) {
+      store::SandboxRecord probe;
+      {
+        std::lock_guard l(member->mu);
+        probe = member->rec;
+      }
+      probe.metadata = (*made)->rec.metadata;
+      if (auto st = impl_->config.admit_sandbox(probe); !st) {
+        (void)DeleteSandbox(probe.id);  // out of the pool already; the pool refills
+        return tl::unexpected(st.error());
+      }
+    }
     store::OperationRecord op;
     std::lock_guard l(member->mu);
     const store::SandboxRecord& want = (*made)->rec;
@@ -515,7 +545,11 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
   op.state = "pending";
   op.request = {{"snapshot", snapshot}};
   op.created_ms = op.updated_ms = sb->rec.created_ms;
-  SPACE_TRY(impl_->store->PutSandboxAndOperation(sb->rec, op));
+  if (impl_->config.admit_sandbox) SPACE_TRY(impl_->config.admit_sandbox(sb->rec));
+  if (auto st = impl_->store->PutSandboxAndOperation(sb->rec, op); !st) {
+    if (impl_->config.sandbox_gone) impl_->config.sandbox_gone(sb->rec.id);
+    return tl::unexpected(st.error());
+  }
   {
     std::lock_guard lock(impl_->mu);
     impl_->sandboxes[sb->rec.id] = sb;
@@ -898,6 +932,7 @@ Status Platform::Impl::Teardown(Sandbox& sb) {
   SPACE_TRY_WRAP(storage->DeleteRoot(sb.rec.id), "delete root filesystem");
   SPACE_TRY_WRAP(sys::RemoveAll(LogDir(sb.rec.id)), "remove output logs");
   SPACE_TRY(store->DeleteSandbox(sb.rec.id));
+  if (config.sandbox_gone) config.sandbox_gone(sb.rec.id);
   return Ok();
 }
 

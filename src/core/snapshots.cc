@@ -208,6 +208,14 @@ Result<std::pair<store::OperationRecord, std::vector<store::SandboxRecord>>> Pla
     for (const auto& r : recs) ids.push_back(r.id);
     op.request = {{"count", count}, {"sandboxes", ids}};
     op.result = {{"sandbox_ids", ids}};  // from the start, so clients can follow each fork
+    if (impl_->config.admit_sandbox) {
+      for (size_t i = 0; i < recs.size(); ++i) {
+        if (auto st = impl_->config.admit_sandbox(recs[i]); !st) {
+          for (size_t j = 0; j < i && impl_->config.sandbox_gone; ++j) impl_->config.sandbox_gone(recs[j].id);
+          return tl::unexpected(st.error());
+        }
+      }
+    }
     SPACE_TRY(impl_->store->PutOperation(op));
     for (const auto& child : children) SPACE_TRY(impl_->store->PutSandbox(child->rec));
     sb->busy_op = op.id;

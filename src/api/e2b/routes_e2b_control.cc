@@ -154,6 +154,7 @@ Awaitable<void> Create(Ctx& ctx) {
       }
     }
   }
+  req->id = ctx.Header(kSandboxIdHeader);  // a cluster gateway's pick (docs/cluster.md)
   auto created = co_await ctx.Blocking([&] { return p->CreateSandbox(*req); });
   if (!created) {
     co_await ReplyError(ctx, created.error());
