@@ -13,6 +13,7 @@
 #include "api/api.h"
 #include "auth/auth.h"
 #include "core/core.h"
+#include "daemon/cluster_role.h"
 #include "daemon/datadir_lock.h"
 #include "net/net.h"
 #include "runtime/microvm/microvm.h"
@@ -26,8 +27,8 @@ namespace {
 
 using namespace space;
 
-Result<std::string> LoadOrCreateApiKey(const std::string& data_dir) {
-  std::string path = data_dir + "/api-key";
+Result<std::string> LoadOrCreateApiKey(const std::string& data_dir, std::string path) {
+  if (path.empty()) path = data_dir + "/api-key";
   if (sys::Exists(path)) {
     auto key = sys::ReadFile(path);
     if (!key) return key;
@@ -45,9 +46,9 @@ Result<std::string> LoadOrCreateApiKey(const std::string& data_dir) {
 // The token signing keys, DATA_DIR/token-keys (mode 0600), created on first start.
 // --rotate-token-key adds a key that signs from now on; --drop-token-key retires one (its
 // tokens stop verifying). Both rewrite the file before spaced serves.
-Result<auth::SigningKeys> LoadSigningKeys(const std::string& data_dir, bool rotate,
+Result<auth::SigningKeys> LoadSigningKeys(const std::string& data_dir, std::string path, bool rotate,
                                           const std::vector<std::string>& drop) {
-  std::string path = data_dir + "/token-keys";
+  if (path.empty()) path = data_dir + "/token-keys";
   auth::SigningKeys keys;
   bool changed = false;
   if (sys::Exists(path)) {
@@ -254,6 +255,25 @@ int main(int argc, char** argv) {
                  "directory of runtime plugin executables, space-runtime/v1 (repeatable; "
                  "default DATA_DIR/plugins/runtime; the shipped plugins are always found)")
       ->allow_extra_args(false);
+  // Cluster (docs/cluster.md).
+  daemon::ClusterFlags cluster;
+  std::string etcd_list;
+  std::string api_key_file, token_keys_file;
+  app.add_option("--role", cluster.role, "single (one machine), node (a cluster's machine) or gateway")
+      ->capture_default_str();
+  app.add_option("--etcd", etcd_list, "etcd endpoints of the cluster, comma-separated (http://host:2379,...)");
+  app.add_option("--cluster-prefix", cluster.prefix, "key prefix of the cluster in etcd")->capture_default_str();
+  app.add_option("--node-name", cluster.node_name, "this node's name in the cluster (default: the host name)");
+  app.add_option("--advertise", cluster.advertise, "host:port gateways dial to reach this node (default: --listen)");
+  app.add_option("--node-label", cluster.node_labels, "key=value label placement can ask for (repeatable)");
+  app.add_option("--lease-ttl", cluster.lease_ttl_s, "seconds a node stays registered without renewing")
+      ->capture_default_str();
+  app.add_option("--lost-after", cluster.lost_after_s,
+                 "gateway: seconds after which a sandbox whose node is gone is marked lost")
+      ->capture_default_str();
+  app.add_option("--api-key-file", api_key_file, "the operator key file (default: DATA_DIR/api-key; a cluster's nodes share one)");
+  app.add_option("--token-keys-file", token_keys_file,
+                 "the token signing keys (default: DATA_DIR/token-keys; a cluster's nodes share them)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -281,6 +301,16 @@ int main(int argc, char** argv) {
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   signal(SIGPIPE, SIG_IGN);
+
+  for (size_t at = 0; at < etcd_list.size();) {
+    size_t comma = etcd_list.find(',', at);
+    if (comma == std::string::npos) comma = etcd_list.size();
+    if (comma > at) cluster.etcd.push_back(etcd_list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  if (auto st = daemon::ValidateClusterFlags(cluster, listen); !st) return Fatal("cluster", st.error());
+  // A gateway keeps no state: no data dir, runtimes or store.
+  if (cluster.role == "gateway") return daemon::RunGateway(cluster, address, port, sandbox_domain, &stop);
 
   if (auto st = sys::MkdirAll(data_dir, 0711); !st) return Fatal("data dir", st.error());
   auto abs = sys::RealPath(data_dir);
@@ -310,9 +340,9 @@ int main(int argc, char** argv) {
     agent_binary = copy;
   }
 
-  auto key = LoadOrCreateApiKey(data_dir);
+  auto key = LoadOrCreateApiKey(data_dir, api_key_file);
   if (!key) return Fatal("api key", key.error());
-  auto signing = LoadSigningKeys(data_dir, rotate_token_key, drop_token_keys);
+  auto signing = LoadSigningKeys(data_dir, token_keys_file, rotate_token_key, drop_token_keys);
   if (!signing) return Fatal("token signing keys", signing.error());
   auto store = store::Store::Open(data_dir + "/space.db");
   if (!store) return Fatal("open database", store.error());
@@ -403,6 +433,11 @@ int main(int argc, char** argv) {
     if (ref.find(':') == std::string::npos) ref += ":latest";
     config.warm_pools[ref] = n;
   }
+  std::unique_ptr<daemon::NodeRole> node_role;
+  if (cluster.role == "node") {
+    node_role = std::make_unique<daemon::NodeRole>(cluster);
+    node_role->Hook(config);
+  }
   auto platform = core::Platform::Create(config, std::move(*store), std::move(*storage),
                                          std::move(runtimes), std::move(*network));
   if (!platform) return Fatal("start", platform.error());
@@ -419,6 +454,10 @@ int main(int argc, char** argv) {
     if (!op) return Fatal("--prepare-template " + t, op.error());
     spdlog::info("template {}: operation {} prepares it (progress below; GET /v1/operations/{})", t,
                  op->id, op->id);
+  }
+
+  if (node_role) {
+    if (auto st = node_role->StartJoining(platform->get()); !st) return Fatal("cluster", st.error());
   }
 
   api::ServerOptions sopts;
@@ -442,14 +481,15 @@ int main(int argc, char** argv) {
   std::string url = "http://" + host + ":" + std::to_string((*server)->port());
   (void)sys::WriteFileAtomic(data_dir + "/url", url + "\n", 0644);
   spdlog::info("spaced listening on {} (data dir {})", url, data_dir);
+  const std::string key_path = api_key_file.empty() ? data_dir + "/api-key" : api_key_file;
   std::printf(
       "\nSPACE is running at %s\n"
-      "  API key:   %s/api-key\n"
+      "  API key:   %s\n"
       "  Try:       build/bin/space --data-dir %s create\n"
       "             build/bin/space --data-dir %s exec <id> -- echo hello\n"
-      "  or:        export SPACE_URL=%s SPACE_API_KEY=$(cat %s/api-key)\n",
-      url.c_str(), data_dir.c_str(), data_dir.c_str(), data_dir.c_str(), url.c_str(),
-      data_dir.c_str());
+      "  or:        export SPACE_URL=%s SPACE_API_KEY=$(cat %s)\n",
+      url.c_str(), key_path.c_str(), data_dir.c_str(), data_dir.c_str(), url.c_str(),
+      key_path.c_str());
   if (!sopts.console_assets.empty()) {
     std::printf("  Console:   %s/ui/ (log in with the API key above)\n", url.c_str());
   } else {
@@ -466,6 +506,7 @@ int main(int argc, char** argv) {
   spdlog::info("signal {}: shutting down (sandboxes keep running)", sig);
   (*server)->Stop();
   server->reset();
+  node_role.reset();  // leaves the cluster: its routes go at once
   (*platform)->Shutdown();
   return 0;
 }

@@ -1,0 +1,61 @@
+// spaced's cluster roles (docs/cluster.md): --role node (today's daemon, registered in
+// etcd) and --role gateway (stateless, in front of the nodes). Wiring only.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/node.h"
+#include "cluster/store.h"
+#include "core/core.h"
+
+namespace space::daemon {
+
+struct ClusterFlags {
+  std::string role = "single";           // single | node | gateway
+  std::vector<std::string> etcd;         // endpoints
+  std::string prefix = "/space/";
+  std::string node_name;                 // default: the host name
+  std::string advertise;                 // host:port the gateways dial; default: --listen
+  std::vector<std::string> node_labels;  // key=value
+  int64_t lease_ttl_s = 5;
+  int64_t lost_after_s = 60;
+};
+
+// Checks the flags of the role (a node needs etcd and an address gateways can dial).
+[[nodiscard]] Status ValidateClusterFlags(ClusterFlags& f, const std::string& listen);
+
+// The node side: hooks for core::Config, then Join once the platform has recovered.
+class NodeRole {
+ public:
+  explicit NodeRole(ClusterFlags flags) : flags_(std::move(flags)) {}
+  ~NodeRole();
+  // Sets config.admit_sandbox / sandbox_gone (they refuse creates until Join).
+  void Hook(core::Config& config);
+  // Opens etcd and joins in the background, trying again each second until it has joined
+  // (sandboxes run meanwhile; creates are refused until then). kInvalidArgument at once
+  // for flags etcd or the membership refuse.
+  [[nodiscard]] Status StartJoining(core::Platform* platform);
+
+ private:
+  Json Describe();
+  ClusterFlags flags_;
+  core::Platform* platform_ = nullptr;
+  std::unique_ptr<cluster::Store> store_;
+  std::unique_ptr<cluster::NodeAgent> agent_;
+  std::atomic<cluster::NodeAgent*> live_{nullptr};
+  std::atomic<int64_t> load_seq_{0};
+  std::map<std::string, std::string> labels_;
+  std::atomic<bool> stop_{false};
+  std::thread joiner_;
+};
+
+// spaced --role gateway: serves until SIGINT/SIGTERM; returns the exit code.
+int RunGateway(const ClusterFlags& flags, const std::string& address, int port,
+               const std::string& sandbox_domain, sigset_t* stop);
+
+}  // namespace space::daemon
