@@ -14,6 +14,16 @@ for dir in /tmp/space-it-*; do
   rm -rf "$dir"
   left=$((left + 1))
 done
+# Clusters of cluster_test (scripts/devcluster.sh) whose test died first.
+if ! pgrep -f tests/cluster/cluster_test.py >/dev/null 2>&1; then
+  for dir in /tmp/space-cluster-*; do
+    [ -d "$dir" ] || continue
+    echo "cleanup: removing the cluster under $dir"
+    bash "$here/devcluster.sh" down --dir "$dir" >/dev/null 2>&1 || true
+    rm -rf "$dir"
+    left=$((left + 1))
+  done
+fi
 # The fake internet of network_test (and bench/net.sh), when its process died first.
 if ! pgrep -x network_test >/dev/null 2>&1 && ! pgrep -f bench/net.sh >/dev/null 2>&1; then
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^fakenet-'); do

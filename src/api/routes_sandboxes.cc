@@ -16,6 +16,8 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
         co_await ctx.ReplyError(wait_error);
         co_return true;
       }
+      // Headers before the body: reading it moves the request out of the parser.
+      const std::string chosen_id = ctx.Header(kSandboxIdHeader);  // a cluster gateway's pick
       auto body = co_await ctx.ReadJson();
       if (!body) {
         co_await ctx.ReplyError(body.error());
@@ -26,7 +28,7 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
         co_await ctx.ReplyError(req.error());
         co_return true;
       }
-      req->id = ctx.Header(kSandboxIdHeader);  // a cluster gateway's pick (docs/cluster.md)
+      req->id = chosen_id;
       auto created = co_await ctx.Blocking([&] { return p->CreateSandbox(*req); });
       if (!created) {
         co_await ctx.ReplyError(created.error());

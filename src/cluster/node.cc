@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <set>
+
 namespace space::cluster {
 
 Result<std::unique_ptr<NodeAgent>> NodeAgent::Start(Store& store, NodeAgentOptions opts) {
@@ -18,12 +20,46 @@ Result<std::unique_ptr<NodeAgent>> NodeAgent::Start(Store& store, NodeAgentOptio
   if (!joined) return tl::unexpected(joined.error());
   a->owner_ = std::move(*joined);
   a->membership_ = a->owner_.get();
+  a->sweeper_ = std::thread([self] { self->Sweep(); });
   return a;
 }
 
 NodeAgent::~NodeAgent() {
+  {
+    std::lock_guard l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (sweeper_.joinable()) sweeper_.join();
   membership_ = nullptr;
   owner_.reset();
+}
+
+// Records of this node without a sandbox here, older than a create takes: gone.
+void NodeAgent::Sweep() {
+  constexpr int64_t kMinAgeMs = 60'000;
+  const std::string prefix = opts_.membership.prefix + "sandboxes/";
+  std::unique_lock l(mu_);
+  while (!stop_) {
+    cv_.wait_for(l, std::chrono::seconds(opts_.sweep_interval_s), [&] { return stop_; });
+    if (stop_) break;
+    l.unlock();
+    auto all = store_.List(prefix);
+    if (all) {
+      std::set<std::string> here;
+      for (auto& id : opts_.local_sandboxes ? opts_.local_sandboxes() : std::vector<std::string>{})
+        here.insert(id);
+      for (const auto& kv : *all) {
+        const std::string id = kv.key.substr(prefix.size());
+        auto j = ParseJson(kv.value);
+        if (!j || JsonStringOr(*j, "node", "") != name() || here.count(id)) continue;
+        if (NowUnixMillis() - JsonIntOr(*j, "created_ms", 0) < kMinAgeMs) continue;
+        spdlog::info("cluster: record of {} names this node, which has no such sandbox; removing it", id);
+        (void)store_.CompareAndDelete(kv.key, kv.mod_revision);
+      }
+    }
+    l.lock();
+  }
 }
 
 bool NodeAgent::fenced() const {
@@ -67,16 +103,12 @@ Status NodeAgent::Admit(const std::string& id, const Json& summary) {
   const std::string key = RecordKey(id);
   auto put = store_.CompareAndSet(key, 0, rec.dump());
   if (!put) return tl::unexpected(put.error());
-  int64_t written = put->value_or(0);
-  if (!*put) {
-    auto cur = store_.Get(key);
-    if (!cur) return tl::unexpected(cur.error());
-    auto j = *cur ? ParseJson((*cur)->value) : std::optional<Json>();
-    if (!*cur || !j || JsonStringOr(*j, "node", "") != name() || JsonStringOr(*j, "state", "") == "lost")
-      return Fail(Errc::kConflict, "sandbox id " + id + " is taken in the cluster");
-  }
+  // Taken already, even by this node: every id is admitted once (two creates racing for
+  // one id on one node must not both pass).
+  if (!*put) return Fail(Errc::kConflict, "sandbox id " + id + " is taken in the cluster");
+  const int64_t written = **put;
   if (auto c = m->ClaimRoute(id); !c) {
-    if (written) (void)store_.CompareAndDelete(key, written);
+    (void)store_.CompareAndDelete(key, written);
     return c;
   }
   return Ok();

@@ -8,11 +8,16 @@
 // Admit (before a sandbox id reaches a client) writes the record, by compare-and-set on
 // its absence, and claims the route; Gone removes both. At every registration the
 // sandboxes still here are reconciled against their records: those the cluster gave up
-// (record lost, missing, or another node's; route held elsewhere) go to `kill`.
+// (record lost, missing, or another node's; route held elsewhere) go to `kill`. Every
+// few seconds, records that name this node but no sandbox here (a write etcd applied
+// after answering the node that it timed out) are removed.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +34,7 @@ struct NodeAgentOptions {
   std::function<std::vector<std::string>()> local_sandboxes;
   // Deletes sandboxes the cluster gave up (on the membership's thread; must not block long).
   std::function<void(const std::vector<std::string>&)> kill;
+  int64_t sweep_interval_s = 10;
 };
 
 class NodeAgent {
@@ -52,7 +58,13 @@ class NodeAgent {
 
   Store& store_;
   NodeAgentOptions opts_;
+  void Sweep();
+
   std::unique_ptr<NodeMembership> owner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread sweeper_;
   std::atomic<NodeMembership*> membership_{nullptr};  // set once Join has returned
 };
 

@@ -11,6 +11,8 @@ NodeLoad NodeLoad::FromRecord(const std::string& name, const Json& rec) {
   n.total_memory = std::max(n.free_memory, JsonIntOr(rec, "total_memory", 0));
   n.free_cpu_millis = JsonIntOr(rec, "free_cpu_millis", 0);
   n.cpus = std::max<int64_t>(1, JsonIntOr(rec, "cpus", 1));
+  n.sandboxes = std::max<int64_t>(0, JsonIntOr(rec, "sandboxes", 0));
+  n.max_sandboxes = std::max<int64_t>(1, JsonIntOr(rec, "max_sandboxes", 1000));
   n.accepting = JsonBoolOr(rec, "accepting", true);
   n.load_seq = JsonIntOr(rec, "load_seq", 0);
   if (const Json* r = JsonField(rec, "runtimes"); r && r->is_array()) {
@@ -47,11 +49,12 @@ std::vector<std::string> Placer::Candidates(const std::vector<NodeLoad>& nodes,
     }
     if (!labels) continue;
     any_labels = true;
-    int64_t mem = n.free_memory, cpu = n.free_cpu_millis;
+    int64_t mem = n.free_memory, cpu = n.free_cpu_millis, count = n.sandboxes;
     if (auto r = reserved_.find(n.name); r != reserved_.end()) {
       if (r->second.load_seq >= n.load_seq) {
         mem -= r->second.memory;
         cpu -= r->second.cpu;
+        count += r->second.sandboxes;
       } else {
         reserved_.erase(r);  // the node's newer figures include what was placed there
       }
@@ -61,7 +64,8 @@ std::vector<std::string> Placer::Candidates(const std::vector<NodeLoad>& nodes,
     const double cpu_used = 1.0 - static_cast<double>(cpu - req.cpu_millis) / total_cpu;
     const double mem_used =
         n.total_memory > 0 ? 1.0 - static_cast<double>(mem - req.memory_bytes) / static_cast<double>(n.total_memory) : 0.0;
-    fits.push_back({n.name, (cpu_used + mem_used) / 2});
+    const double slots_used = static_cast<double>(count + 1) / static_cast<double>(n.max_sandboxes);
+    fits.push_back({n.name, (cpu_used + mem_used + slots_used) / 3});
   }
   if (fits.empty()) {
     if (why) {
@@ -86,6 +90,7 @@ void Placer::Reserve(const std::string& node, int64_t load_seq, const PlacementR
   if (r.load_seq < load_seq) r = Reserved{load_seq, 0, 0};
   r.memory += req.memory_bytes;
   r.cpu += req.cpu_millis;
+  r.sandboxes += 1;
 }
 
 void Placer::Release(const std::string& node, const PlacementRequest& req) {
@@ -94,6 +99,7 @@ void Placer::Release(const std::string& node, const PlacementRequest& req) {
   if (it == reserved_.end()) return;
   it->second.memory = std::max<int64_t>(0, it->second.memory - req.memory_bytes);
   it->second.cpu = std::max<int64_t>(0, it->second.cpu - req.cpu_millis);
+  it->second.sandboxes = std::max<int64_t>(0, it->second.sandboxes - 1);
 }
 
 }  // namespace space::cluster

@@ -3,7 +3,9 @@
 // Best-of-K, as E2B places: among the live nodes that can take the request at all (the
 // runtime it names works there, every label it asks for matches, its memory and CPU fit
 // in what the node last published minus what this gateway has placed there since), K are
-// sampled at random and ordered by load, least loaded first. The gateway asks them in
+// sampled at random and ordered by load (the mean of the shares of memory, CPU and
+// sandbox slots in use once the request is placed; the slots tell apart nodes on equal
+// machines whose sandboxes ask for no limits), least loaded first. The gateway asks them in
 // that order; a node may still refuse (it has the last word), and the next is tried.
 // In-flight reservations keep two creates from this gateway landing on one node's last
 // free gigabyte before the node publishes its load again. Thread-safe.
@@ -29,7 +31,7 @@ struct PlacementRequest {
 
 // What a node publishes (its record in nodes/{name}) that placement reads:
 //   {"free_memory": bytes, "total_memory": bytes, "free_cpu_millis": n, "cpus": n,
-//    "runtimes": ["oci", ...],
+//    "sandboxes": n, "max_sandboxes": n, "runtimes": ["oci", ...],
 //    "labels": {...}, "accepting": bool, "load_seq": n}
 // load_seq increases with every publication, so reservations made before it are dropped.
 struct NodeLoad {
@@ -38,6 +40,8 @@ struct NodeLoad {
   int64_t total_memory = 0;
   int64_t free_cpu_millis = 0;
   int64_t cpus = 1;
+  int64_t sandboxes = 0;        // running there now
+  int64_t max_sandboxes = 1000; // what the node means to hold at most
   std::vector<std::string> runtimes;
   std::map<std::string, std::string> labels;
   bool accepting = true;
@@ -63,7 +67,7 @@ class Placer {
  private:
   struct Reserved {
     int64_t load_seq = 0;
-    int64_t memory = 0, cpu = 0;
+    int64_t memory = 0, cpu = 0, sandboxes = 0;
   };
   int k_;
   std::mutex mu_;

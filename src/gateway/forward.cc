@@ -165,7 +165,7 @@ Awaitable<Answer> Gateway::Impl::Exchange(const std::string& node, const http::r
       a.status = static_cast<int>(a.res.result_int());
     }
   }
-  if (ec) a.error = "node " + node + " unavailable: " + ec.message();
+  if (ec) a.error = "node unavailable: node " + node + " does not answer (" + ec.message() + ")";
   s.socket().close(ec);
   co_return a;
 }
@@ -173,8 +173,8 @@ Awaitable<Answer> Gateway::Impl::Exchange(const std::string& node, const http::r
 Awaitable<void> Gateway::Impl::RelayTo(Ctx& ctx, Surface form, const std::string& node) {
   auto ep = node.empty() ? std::nullopt : NodeEndpoint(node);
   if (!ep) {
-    std::string why = node.empty() ? "no node is live in the cluster"
-                                   : "node " + node + " unavailable: it left the cluster";
+    std::string why = node.empty() ? "node unavailable: no node is live in the cluster"
+                                   : "node unavailable: node " + node + " left the cluster";
     co_await ReplyFail(ctx, form, 503, why);
     co_return;
   }
@@ -183,7 +183,7 @@ Awaitable<void> Gateway::Impl::RelayTo(Ctx& ctx, Surface form, const std::string
   up.expires_after(kConnectTimeout);
   co_await up.async_connect(*ep, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
-    co_await ReplyFail(ctx, form, 503, "node " + node + " unavailable: " + ec.message());
+    co_await ReplyFail(ctx, form, 503, "node unavailable: node " + node + " does not answer (" + ec.message() + ")");
     co_return;
   }
   up.socket().set_option(tcp::no_delay(true), ec);
@@ -225,6 +225,33 @@ Awaitable<void> Gateway::Impl::ToSandbox(Ctx& ctx, Surface form, const std::stri
     auto j = ParseJson((*rec)->value);
     std::string n = j ? JsonStringOr(*j, "node", "?") : "?";
     std::string state = j ? JsonStringOr(*j, "state", "") : "";
+    // Deleting a sandbox whose node is gone forgets it: the node, if it comes back, finds
+    // no record and deletes the sandbox itself.
+    const bool whole = (form == Surface::kV1 && ctx.segments.size() == 3) ||
+                       (form == Surface::kE2b && ctx.segments.size() == (ctx.segments[0] == "v2" ? 3u : 2u));
+    if (ctx.method == "DELETE" && whole) {
+      int who = co_await Authenticate(*this, ctx, id);
+      if (who != 200) {
+        std::string m = who == 503 ? "no node of the cluster can check the credential"
+                                   : "the credential does not cover sandbox " + id;
+        co_await ReplyFail(ctx, form, who, m);
+        co_return;
+      }
+      const int64_t rev = (*rec)->mod_revision;
+      auto del = co_await ctx.Blocking([&] { return st->CompareAndDelete(key, rev); });
+      if (!del || !*del) {
+        co_await ReplyFail(ctx, form, 409, "sandbox " + id + " changed while deleting it; try again");
+        co_return;
+      }
+      spdlog::info("gateway: sandbox {} of unavailable node {} forgotten (deleted by a client)", id, n);
+      if (form == Surface::kE2b) {
+        co_await ctx.ReplyBytes(204, "", "application/json");
+      } else {
+        Json body = {{"deleted", id}, {"node", n}, {"state", state == "lost" ? "lost" : "unavailable"}};
+        co_await ctx.Reply(200, body);
+      }
+      co_return;
+    }
     if (state == "lost") {
       co_await ReplyFail(ctx, form, 503, "node unavailable: sandbox " + id + " was lost with node " + n);
     } else {

@@ -81,6 +81,9 @@ struct Gateway::Impl {
 };
 
 Awaitable<void> ReplyFail(Ctx& ctx, Surface form, int status, const std::string& message);
+// Whether a live node accepts the request's credential for sandbox `id` ("" = any): 200,
+// or the status to answer (401, 403; 503 when no node answers).
+Awaitable<int> Authenticate(Gateway::Impl& g, Ctx& ctx, const std::string& id);
 // The client's request with `body`, as it goes to a node (one request per connection).
 http::request<http::string_body> Outgoing(const Ctx& ctx, std::string body);
 // The sandbox id inside a SPACE token (st1./tt1.), unverified: only to route by.

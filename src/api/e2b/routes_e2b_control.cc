@@ -131,6 +131,8 @@ constexpr int64_t kBuiltinWaitMs = 20 * 60 * 1000;
 
 Awaitable<void> Create(Ctx& ctx) {
   core::Platform* p = ctx.platform;
+  // Headers before the body: reading it moves the request out of the parser.
+  const std::string chosen_id = ctx.Header(kSandboxIdHeader);  // a cluster gateway's pick
   auto body = co_await ctx.ReadJson();
   if (!body) {
     co_await ReplyError(ctx, body.error());
@@ -154,7 +156,7 @@ Awaitable<void> Create(Ctx& ctx) {
       }
     }
   }
-  req->id = ctx.Header(kSandboxIdHeader);  // a cluster gateway's pick (docs/cluster.md)
+  req->id = chosen_id;
   auto created = co_await ctx.Blocking([&] { return p->CreateSandbox(*req); });
   if (!created) {
     co_await ReplyError(ctx, created.error());

@@ -1,0 +1,334 @@
+"""A SPACE cluster on one machine (issue 16, docs/cluster.md), driven end to end.
+
+scripts/devcluster.sh starts 3 etcd members, 3 nodes and 2 gateways, each in a network
+namespace of its own; these tests talk to them over HTTP from the root namespace and
+break them (kill, restart, cut links) the way machines break. Real etcd, real spaced,
+real crun sandboxes. Every wait is bounded; the cluster is torn down even on failure.
+
+Run by ctest as `cluster_test` with Debian's /usr/bin/python3 (standard library only).
+"""
+import base64
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BIN = os.environ.get("SPACE_BIN", os.path.join(ROOT, "build", "bin"))
+DEVCLUSTER = os.path.join(ROOT, "scripts", "devcluster.sh")
+LEASE_TTL = 4
+LOST_AFTER = 12
+
+C = {}  # the cluster: dir, url, key, gateways, nodes, etcd
+
+
+def devcluster(*args, check=True):
+    p = subprocess.run(["bash", DEVCLUSTER, *args, "--dir", C["dir"]], capture_output=True, text=True,
+                       timeout=180)
+    if check and p.returncode != 0:
+        raise AssertionError(f"devcluster {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p.stdout
+
+
+def http(method, url, body=None, headers=None, timeout=30, key=True):
+    h = dict(headers or {})
+    if key:
+        h.setdefault("Authorization", "Bearer " + C["key"])
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        h.setdefault("Content-Type", "application/json")
+    req = urllib.request.Request(url, data=data, method=method, headers=h)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            raw = r.read()
+            status = r.status
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        status = e.code
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+        return 0, str(e)
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
+def wait_until(pred, timeout, what):
+    end = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < end:
+        last = pred()
+        if last:
+            return last
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def create(gateway=None, body=None, headers=None):
+    status, b = http("POST", (gateway or C["url"]) + "/v1/sandboxes?wait=60s", body or {}, headers=headers,
+                     timeout=90)
+    return status, b
+
+
+def exec_echo(gateway, sid, text):
+    status, b = http("POST", f"{gateway}/v1/sandboxes/{sid}/commands", {"argv": ["echo", text]}, timeout=60)
+    if status not in (200, 201, 202):
+        return status, b
+    s2, out = http("GET", f"{gateway}/v1/sandboxes/{sid}/commands/{b['id']}/output?stream=stdout&wait=30s",
+                   timeout=40)
+    return s2, out
+
+
+def etcd_prefix(prefix):
+    """Every key under prefix, read straight from etcd's JSON gateway (the invariant check)."""
+    key = base64.b64encode(prefix.encode()).decode()
+    end = base64.b64encode(prefix[:-1].encode() + bytes([prefix.encode()[-1] + 1])).decode()
+    for ep in C["etcd"]:
+        status, b = http("POST", ep + "/v3/kv/range", {"key": key, "range_end": end}, key=False, timeout=5)
+        if status == 200:
+            out = {}
+            for kv in b.get("kvs", []):
+                out[base64.b64decode(kv["key"]).decode()[len(prefix):]] = json.loads(base64.b64decode(kv["value"]))
+            return out
+    raise AssertionError("no etcd member answered")
+
+
+def node_local(node):
+    status, b = http("GET", C["nodes"][node] + "/v1/sandboxes", timeout=10)
+    return [s["id"] for s in b["sandboxes"]] if status == 200 else None
+
+
+def check_invariant(testcase):
+    """No sandbox id is routed to two nodes, and a route names the node that runs it."""
+    routes = etcd_prefix("/space/routes/")
+    seen = {}
+    for node in C["nodes"]:
+        ids = node_local(node)
+        if ids is None:
+            continue  # that node is down
+        for sid in ids:
+            testcase.assertNotIn(sid, seen, f"{sid} runs on {seen.get(sid)} and {node}")
+            seen[sid] = node
+    for sid, r in routes.items():
+        if sid in seen:
+            testcase.assertEqual(r["node"], seen[sid], f"route of {sid} names {r['node']}, it runs on {seen[sid]}")
+
+
+def setUpModule():
+    if os.geteuid() != 0:
+        raise unittest.SkipTest("needs root (network namespaces)")
+    d = tempfile.mkdtemp(prefix="space-cluster-", dir="/tmp")
+    os.rmdir(d)
+    C["dir"] = d
+    out = subprocess.run(["bash", DEVCLUSTER, "up", "--nodes", "3", "--dir", d, "--lease-ttl", str(LEASE_TTL),
+                          "--lost-after", str(LOST_AFTER), "--bin", BIN], capture_output=True, text=True,
+                         timeout=240)
+    if out.returncode != 0:
+        raise RuntimeError(f"devcluster up failed:\n{out.stdout}\n{out.stderr}")
+    env = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    C["url"] = env["SPACE_URL"]
+    C["key"] = env["SPACE_API_KEY"]
+    C["gateways"] = env["SPACE_GATEWAYS"].split(",")
+    C["nodes"] = dict(x.split("=", 1) for x in env["SPACE_NODES"].split(","))
+    C["etcd"] = env["SPACE_ETCD"].split(",")
+
+
+def tearDownModule():
+    if "dir" in C:
+        if os.environ.get("SPACE_KEEP_CLUSTER"):
+            print("cluster kept under", C["dir"], file=sys.stderr)
+            return
+        for name in ["n1", "n2", "n3", "g1", "g2"]:
+            log = os.path.join(C["dir"], name + ".log")
+            if os.path.exists(log) and os.environ.get("SPACE_CLUSTER_LOGS"):
+                with open(log) as f:
+                    print(f"---- {name} ----\n" + f.read()[-4000:], file=sys.stderr)
+        subprocess.run(["bash", DEVCLUSTER, "down", "--dir", C["dir"]], timeout=240)
+
+
+class ClusterTest(unittest.TestCase):
+    def tearDown(self):
+        check_invariant(self)
+
+    def test_01_bootstrap(self):
+        for g in C["gateways"]:
+            status, b = http("GET", g + "/readyz", key=False)
+            self.assertEqual(status, 200, b)
+            self.assertEqual(b["nodes"], 3)
+        nodes = etcd_prefix("/space/nodes/")
+        self.assertEqual(sorted(nodes), ["n1", "n2", "n3"])
+        for name, rec in nodes.items():
+            self.assertEqual(rec["address"], C["nodes"][name].split("//")[1])
+            self.assertIn("oci", rec["runtimes"])
+        # A gateway knows no credentials itself: the nodes refuse a wrong key.
+        status, b = http("GET", C["url"] + "/v1/sandboxes", headers={"Authorization": "Bearer sk-wrong"})
+        self.assertEqual(status, 401, b)
+
+    def test_02_spread_and_routing_from_both_gateways(self):
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda i: create(C["gateways"][i % 2]), range(9)))
+        placed = {}
+        for status, b in results:
+            self.assertIn(status, (200, 201, 202), b)
+            self.assertEqual(b["sandbox"]["state"], "running", b)
+            placed[b["sandbox"]["id"]] = b["sandbox"]["node"]
+        per_node = {n: list(placed.values()).count(n) for n in C["nodes"]}
+        self.assertTrue(all(c >= 1 for c in per_node.values()), per_node)
+        self.assertTrue(all(c <= 6 for c in per_node.values()), per_node)
+        for sid, node in placed.items():
+            self.assertIn(sid, node_local(node))
+            for g in C["gateways"]:
+                status, out = exec_echo(g, sid, "hello " + sid)
+                self.assertEqual(status, 200, out)
+                self.assertIn("hello " + sid, out if isinstance(out, str) else json.dumps(out))
+        # The CLI through a gateway: every node's sandboxes, each with its node.
+        env = dict(os.environ, SPACE_URL=C["url"], SPACE_API_KEY=C["key"])
+        ls = subprocess.run([os.path.join(BIN, "space"), "ls", "--json"], env=env, capture_output=True,
+                            text=True, timeout=30)
+        self.assertEqual(ls.returncode, 0, ls.stderr)
+        listed = {s["id"]: s["node"] for s in json.loads(ls.stdout)}
+        for sid, node in placed.items():
+            self.assertEqual(listed.get(sid), node)
+        C["placed"] = placed
+
+    def test_03_two_gateways_race_for_one_id(self):
+        sid = "sb-race" + os.urandom(6).hex()[:12]
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            futs = [pool.submit(create, g, None, {"X-Space-Sandbox-Id": sid}) for g in C["gateways"]]
+            answers = [f.result() for f in futs]
+        self.assertEqual(sorted(a[0] for a in answers)[1], 409, answers)
+        self.assertIn(sorted(a[0] for a in answers)[0], (200, 201, 202), answers)
+        holders = [n for n in C["nodes"] if sid in (node_local(n) or [])]
+        self.assertEqual(len(holders), 1, holders)
+        status, _ = http("DELETE", f"{C['url']}/v1/sandboxes/{sid}?wait=30s")
+        self.assertIn(status, (200, 202))
+
+    def test_04_node_killed_unavailable_then_lost(self):
+        placed = C.get("placed") or {}
+        victims = [sid for sid, n in placed.items() if n == "n3"]
+        self.assertTrue(victims, placed)
+        devcluster("kill-node", "n3")
+        t0 = time.monotonic()
+        env = dict(os.environ, SPACE_URL=C["url"], SPACE_API_KEY=C["key"])
+
+        def state_of(sid):
+            p = subprocess.run([os.path.join(BIN, "space"), "get", sid, "--json"], env=env, capture_output=True,
+                               text=True, timeout=30)
+            return json.loads(p.stdout).get("state") if p.returncode == 0 else None
+
+        wait_until(lambda: state_of(victims[0]) == "unavailable", LEASE_TTL + 4, "unavailable")
+        detected = time.monotonic() - t0
+        status, b = exec_echo(C["url"], victims[0], "x")
+        self.assertEqual(status, 503, b)
+        self.assertIn("node unavailable", json.dumps(b))
+        # New creates avoid the dead node.
+        for _ in range(3):
+            status, b = create()
+            self.assertIn(status, (200, 201, 202), b)
+            self.assertNotEqual(b["sandbox"]["node"], "n3")
+            placed[b["sandbox"]["id"]] = b["sandbox"]["node"]
+        wait_until(lambda: state_of(victims[0]) == "lost", LOST_AFTER + 6, "lost")
+        print(f"\n  node death -> unavailable in {detected:.1f}s", file=sys.stderr)
+        # Back: it rejoins and deletes what the cluster gave up.
+        devcluster("start-node", "n3")
+        wait_until(lambda: "n3" in etcd_prefix("/space/nodes/"), 30, "n3 registered again")
+        wait_until(lambda: node_local("n3") == [], 30, "n3 deleted its lost sandboxes")
+        for sid in victims:
+            placed.pop(sid, None)
+            status, b = http("GET", f"{C['url']}/v1/sandboxes/{sid}")
+            self.assertEqual(status, 404, b)
+
+    def test_05_node_restart_inside_grace_keeps_its_sandboxes(self):
+        placed = C["placed"]
+        mine = [sid for sid, n in placed.items() if n == "n2"]
+        self.assertTrue(mine, placed)
+        devcluster("stop-node", "n2")  # spaced only: its sandboxes live on
+        devcluster("start-node", "n2")
+        for sid in mine:
+            wait_until(lambda: exec_echo(C["url"], sid, "still here")[0] == 200, 30, f"{sid} answers again")
+        routes = etcd_prefix("/space/routes/")
+        for sid in mine:
+            self.assertEqual(routes[sid]["node"], "n2")
+
+    def test_06_etcd_leader_killed(self):
+        leader = devcluster("kill-etcd").strip()
+        self.assertIn(leader, ("e1", "e2", "e3"))
+        try:
+            t0 = time.monotonic()
+            created = wait_until(lambda: (lambda r: r if r[0] in (200, 201, 202) else None)(create()), 30,
+                                 "a create after the leader died")
+            print(f"\n  etcd leader {leader} killed: creates back after {time.monotonic() - t0:.1f}s",
+                  file=sys.stderr)
+            C["placed"][created[1]["sandbox"]["id"]] = created[1]["sandbox"]["node"]
+            self.assertEqual(sorted(etcd_prefix("/space/nodes/")), ["n1", "n2", "n3"])
+        finally:
+            devcluster("start-etcd", leader)
+
+    def test_07_quorum_lost_creates_fail_sandboxes_answer(self):
+        some = next(iter(C["placed"]))
+        a = devcluster("kill-etcd").strip()
+        time.sleep(2)  # a new leader among the two left
+        b = devcluster("kill-etcd").strip()
+        try:
+            t0 = time.monotonic()
+            status, body = create()
+            self.assertEqual(status, 503, body)
+            self.assertLess(time.monotonic() - t0, 20)
+            self.assertTrue("etcd" in json.dumps(body) or "cut off" in json.dumps(body), body)
+            status, out = exec_echo(C["url"], some, "cached route")
+            self.assertEqual(status, 200, out)
+        finally:
+            devcluster("start-etcd", a)
+            devcluster("start-etcd", b)
+        wait_until(lambda: create()[0] in (200, 201, 202), 40, "creates after quorum is back")
+        # No sandbox falsely lost.
+        status, body = http("GET", C["url"] + "/v1/sandboxes")
+        self.assertEqual(status, 200, body)
+        self.assertEqual([s for s in body["sandboxes"] if s["state"] in ("lost", "unavailable")], [])
+
+    def test_08_partitioned_node_fences_itself_and_comes_back(self):
+        mine = [sid for sid, n in C["placed"].items() if n == "n1"]
+        devcluster("cut", "n1", "e1", "e2", "e3")
+        try:
+            # Cut off for a whole TTL, the node refuses creates itself.
+            def refused():
+                s, b = create(C["nodes"]["n1"])
+                return s == 503 and "cut off" in json.dumps(b)
+            wait_until(refused, LEASE_TTL + 8, "n1 refusing creates")
+            wait_until(lambda: "n1" not in etcd_prefix("/space/nodes/"), LEASE_TTL + 6, "n1 dropped")
+            if mine:
+                s, b = exec_echo(C["url"], mine[0], "x")
+                self.assertEqual(s, 503, b)
+            status, b = create()
+            self.assertIn(status, (200, 201, 202), b)
+            self.assertNotEqual(b["sandbox"]["node"], "n1")
+            C["placed"][b["sandbox"]["id"]] = b["sandbox"]["node"]
+        finally:
+            devcluster("heal", "n1", "e1", "e2", "e3")
+        wait_until(lambda: "n1" in etcd_prefix("/space/nodes/"), 20, "n1 registered again")
+        for sid in mine:
+            wait_until(lambda: exec_echo(C["url"], sid, "back")[0] == 200, 20, f"{sid} answers again")
+
+    def test_09_partitioned_gateway(self):
+        g1, g2 = C["gateways"]
+        devcluster("cut", "g2", "e1", "e2", "e3")
+        try:
+            wait_until(lambda: create(g2)[0] == 503, 20, "g2 refusing creates")
+            status, b = create(g1)
+            self.assertIn(status, (200, 201, 202), b)
+            C["placed"][b["sandbox"]["id"]] = b["sandbox"]["node"]
+        finally:
+            devcluster("heal", "g2", "e1", "e2", "e3")
+        wait_until(lambda: create(g2)[0] in (200, 201, 202), 30, "g2 creating again")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
