@@ -11,6 +11,7 @@ NodeLoad NodeLoad::FromRecord(const std::string& name, const Json& rec) {
   n.total_memory = std::max(n.free_memory, JsonIntOr(rec, "total_memory", 0));
   n.free_cpu_millis = JsonIntOr(rec, "free_cpu_millis", 0);
   n.cpus = std::max<int64_t>(1, JsonIntOr(rec, "cpus", 1));
+  n.total_cpu_millis = std::max<int64_t>(1, JsonIntOr(rec, "total_cpu_millis", n.cpus * 1000));
   n.sandboxes = std::max<int64_t>(0, JsonIntOr(rec, "sandboxes", 0));
   n.max_sandboxes = std::max<int64_t>(1, JsonIntOr(rec, "max_sandboxes", 1000));
   n.accepting = JsonBoolOr(rec, "accepting", true);
@@ -60,7 +61,7 @@ std::vector<std::string> Placer::Candidates(const std::vector<NodeLoad>& nodes,
       }
     }
     if (mem < req.memory_bytes || (req.cpu_millis > 0 && cpu < req.cpu_millis)) continue;
-    const double total_cpu = static_cast<double>(n.cpus) * 1000.0;
+    const double total_cpu = static_cast<double>(n.total_cpu_millis);
     const double cpu_used = 1.0 - static_cast<double>(cpu - req.cpu_millis) / total_cpu;
     const double mem_used =
         n.total_memory > 0 ? 1.0 - static_cast<double>(mem - req.memory_bytes) / static_cast<double>(n.total_memory) : 0.0;

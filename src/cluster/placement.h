@@ -30,7 +30,8 @@ struct PlacementRequest {
 };
 
 // What a node publishes (its record in nodes/{name}) that placement reads:
-//   {"free_memory": bytes, "total_memory": bytes, "free_cpu_millis": n, "cpus": n,
+//   {"free_memory": bytes, "total_memory": bytes, "free_cpu_millis": n,
+//    "total_cpu_millis": n (default cpus x 1000), "cpus": n,
 //    "sandboxes": n, "max_sandboxes": n, "runtimes": ["oci", ...],
 //    "labels": {...}, "accepting": bool, "load_seq": n}
 // load_seq increases with every publication, so reservations made before it are dropped.
@@ -40,6 +41,7 @@ struct NodeLoad {
   int64_t total_memory = 0;
   int64_t free_cpu_millis = 0;
   int64_t cpus = 1;
+  int64_t total_cpu_millis = 1000;
   int64_t sandboxes = 0;        // running there now
   int64_t max_sandboxes = 1000; // what the node means to hold at most
   std::vector<std::string> runtimes;

@@ -97,6 +97,10 @@ void NodeRole::Hook(core::Config& config) {
   };
 }
 
+// What placement reads (cluster/placement.h), in terms of what is committed rather than
+// used: memory as limits against spaced's commit ceiling (RAM x 1.5, as core's memory
+// admission), CPU as limits against the cores x 4 (idle sandboxes share them). Usage
+// would be noise: on one machine every node would see the same load average.
 Json NodeRole::Describe() {
   Json runtimes = Json::array();
   if (platform_) {
@@ -106,20 +110,32 @@ Json NodeRole::Describe() {
   struct sysinfo si {};
   ::sysinfo(&si);
   const int64_t cpus = std::max(1u, std::thread::hardware_concurrency());
-  const double load1 = si.loads[0] / 65536.0;
-  const int64_t free_cpu = std::max<int64_t>(0, static_cast<int64_t>((cpus - load1) * 1000));
-  int64_t count = 0;
+  const int64_t ram = static_cast<int64_t>(si.totalram) * si.mem_unit;
+  const int64_t memory_capacity = ram / 2 * 3;
+  const int64_t cpu_capacity = cpus * 1000 * 4;
+  int64_t count = 0, memory = 0, cpu = 0;
   if (platform_) {
-    if (auto l = platform_->ListSandboxes({})) count = static_cast<int64_t>(l->size());
+    if (auto l = platform_->ListSandboxes({})) {
+      for (const auto& r : *l) {
+        if (r.spec.contains("pool") || r.state == "deleted") continue;
+        ++count;
+        const Json* lim = JsonField(r.spec, "limits");
+        memory += lim ? JsonIntOr(*lim, "memory_bytes", 0) : 0;
+        if (const Json* c = lim ? JsonField(*lim, "cpus") : nullptr; c && c->is_number())
+          cpu += static_cast<int64_t>(c->get<double>() * 1000);
+      }
+    }
   }
   cluster::NodeAgent* a = live_.load();
   return {{"address", flags_.advertise},
           {"runtimes", runtimes},
           {"labels", labels_},
           {"cpus", cpus},
-          {"total_memory", static_cast<int64_t>(si.totalram) * si.mem_unit},
-          {"free_memory", MemAvailable()},
-          {"free_cpu_millis", free_cpu},
+          {"total_memory", memory_capacity},
+          {"free_memory", std::max<int64_t>(0, memory_capacity - memory)},
+          {"total_cpu_millis", cpu_capacity},
+          {"free_cpu_millis", std::max<int64_t>(0, cpu_capacity - cpu)},
+          {"available_memory", MemAvailable()},
           {"sandboxes", count},
           {"accepting", a ? !a->fenced() : true},
           {"load_seq", ++load_seq_}};

@@ -216,6 +216,10 @@ Awaitable<void> Gateway::Impl::Create(Ctx& ctx, Surface form) {
       }
     }
   }
+  // What a node gives a sandbox that names no limits (core's defaults), so that
+  // reservations count it.
+  if (want.memory_bytes <= 0) want.memory_bytes = 512ll << 20;
+  if (want.cpu_millis <= 0) want.cpu_millis = 1000;
   std::vector<cluster::NodeLoad> loads;
   for (const auto& [name, rec] : view->Nodes()) {
     if (!only_node.empty() && name != only_node) continue;
