@@ -60,9 +60,11 @@ std::vector<std::string> Placer::Candidates(const std::vector<NodeLoad>& nodes,
         reserved_.erase(r);  // the node's newer figures include what was placed there
       }
     }
-    if (mem < req.memory_bytes || (req.cpu_millis > 0 && cpu < req.cpu_millis)) continue;
-    const double total_cpu = static_cast<double>(n.total_cpu_millis);
-    const double cpu_used = 1.0 - static_cast<double>(cpu - req.cpu_millis) / total_cpu;
+    // Memory is a limit nodes enforce (their commit ceiling); CPU is shared by time and
+    // only weighs in the load below.
+    if (mem < req.memory_bytes) continue;
+    const double total_cpu = static_cast<double>(n.total_cpu_millis > 0 ? n.total_cpu_millis : n.cpus * 1000);
+    const double cpu_used = std::min(1.0, 1.0 - static_cast<double>(cpu - req.cpu_millis) / total_cpu);
     const double mem_used =
         n.total_memory > 0 ? 1.0 - static_cast<double>(mem - req.memory_bytes) / static_cast<double>(n.total_memory) : 0.0;
     const double slots_used = static_cast<double>(count + 1) / static_cast<double>(n.max_sandboxes);
@@ -73,7 +75,7 @@ std::vector<std::string> Placer::Candidates(const std::vector<NodeLoad>& nodes,
       *why = !any_accepting ? "no node is accepting sandboxes"
              : !any_runtime ? "no node runs the " + req.runtime + " runtime"
              : !any_labels  ? "no node has the labels asked for"
-                            : "no node has room for the memory and CPU asked for";
+                            : "no node has room for the memory asked for";
     }
     return {};
   }

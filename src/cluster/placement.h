@@ -1,8 +1,8 @@
 // cluster/placement: which node a new sandbox goes to (docs/cluster.md, "Placement").
 //
 // Best-of-K, as E2B places: among the live nodes that can take the request at all (the
-// runtime it names works there, every label it asks for matches, its memory and CPU fit
-// in what the node last published minus what this gateway has placed there since), K are
+// runtime it names works there, every label it asks for matches, its memory fits in what
+// the node last published minus what this gateway has placed there since), K are
 // sampled at random and ordered by load (the mean of the shares of memory, CPU and
 // sandbox slots in use once the request is placed; the slots tell apart nodes on equal
 // machines whose sandboxes ask for no limits), least loaded first. The gateway asks them in
@@ -41,7 +41,7 @@ struct NodeLoad {
   int64_t total_memory = 0;
   int64_t free_cpu_millis = 0;
   int64_t cpus = 1;
-  int64_t total_cpu_millis = 1000;
+  int64_t total_cpu_millis = 0;  // 0: cpus x 1000
   int64_t sandboxes = 0;        // running there now
   int64_t max_sandboxes = 1000; // what the node means to hold at most
   std::vector<std::string> runtimes;

@@ -61,6 +61,20 @@ TEST(PlacerTest, RuntimeLabelsAndRoomFilterWithAReason) {
   EXPECT_NE(why.find("accepting"), std::string::npos) << why;
 }
 
+// CPU is shared by time: a node with none left is still a candidate, only ranked lower;
+// on equal machines the sandbox count decides.
+TEST(PlacerTest, CpuRanksButDoesNotFilterAndSlotsBreakTies) {
+  Placer p(3, 7);
+  std::vector<NodeLoad> nodes = {Node("busy", 8), Node("idle", 8)};
+  nodes[0].free_cpu_millis = 0;
+  EXPECT_EQ(p.Candidates(nodes, {.memory_bytes = kGiB, .cpu_millis = 1000}, nullptr),
+            (std::vector<std::string>{"idle", "busy"}));
+  std::vector<NodeLoad> equal = {Node("x", 8), Node("y", 8)};
+  equal[0].sandboxes = 40;
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(p.Candidates(equal, {}, nullptr).front(), "y") << "the emptier of two equal nodes first";
+}
+
 // Reservations: placements since the node's last load count against it; a newer load
 // (which includes them) clears them; a refusal gives the room back at once.
 TEST(PlacerTest, InFlightReservationsUntilTheNextLoad) {
