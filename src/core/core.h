@@ -318,6 +318,9 @@ class Platform {
   [[nodiscard]] Result<store::VolumeRecord> CreateVolume(const std::string& name, int64_t size_bytes);
   [[nodiscard]] Result<std::vector<store::VolumeRecord>> ListVolumes();
   [[nodiscard]] Result<store::VolumeRecord> GetVolume(const std::string& id_or_name);
+  // What CreateSandbox checks of its volume mounts (paths, overlaps, volumes that exist),
+  // for callers that must answer a bad mount before a long wait (a template's import).
+  [[nodiscard]] Status CheckVolumeMounts(const std::vector<VolumeMount>& mounts);
   // The volume's usage {used_bytes, size_bytes, sandboxes: [ids of sandboxes naming it]}.
   [[nodiscard]] Result<Json> VolumeUsage(const std::string& id_or_name);
   // kConflict (naming them) while sandboxes other than failed ones name the volume.

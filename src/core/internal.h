@@ -98,7 +98,9 @@ struct Platform::Impl {
   // Checks a create's volume mounts (names, paths, the runtime can bind them) and returns
   // them as stored in the sandbox's spec: [{id, name, path, read_only, host_path}]. Caller
   // holds volumes_mu (shared at least).
-  Result<Json> ResolveVolumes(const std::vector<VolumeMount>& mounts, runtime::Runtime* rt);
+  // any_runtime: checks names and paths only (the runtime is not chosen yet).
+  Result<Json> ResolveVolumes(const std::vector<VolumeMount>& mounts, runtime::Runtime* rt,
+                              bool any_runtime = false);
   // Recovery: finishes interrupted volume creates and deletes, mounts every ready volume.
   void RecoverVolumes();
 

@@ -12,6 +12,7 @@
 #include <sys/statvfs.h>
 #include <sys/fsuid.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -104,6 +105,9 @@ Status MountVolume(const std::string& dir) {
   auto r = sys::RunChecked({.argv = {"mount", "-t", "ext4", "-o", "loop,noatime,nosuid,nodev,noexec",
                                      dir + "/disk.img", mnt}});
   if (!r) return tl::unexpected(std::move(r.error()).Wrap("mount volume image"));
+  // Its root is open to every user of every sandbox that mounts it (templates run as
+  // different users: e2b-base's `user`, others root); the files below keep their owners.
+  if (::chmod(mnt.c_str(), 0777) != 0) return ErrnoFail("chmod volume root");
   return Ok();
 }
 
@@ -278,11 +282,15 @@ Result<std::pair<Json, std::string>> Platform::VolumeFileOp(const std::string& i
   return std::make_pair(std::move(j), std::move(r->body));
 }
 
+Status Platform::CheckVolumeMounts(const std::vector<VolumeMount>& mounts) {
+  return impl_->ResolveVolumes(mounts, nullptr, /*any_runtime=*/true).map([](Json) {});
+}
+
 Result<Json> Platform::Impl::ResolveVolumes(const std::vector<VolumeMount>& mounts,
-                                            runtime::Runtime* rt) {
+                                            runtime::Runtime* rt, bool any_runtime) {
   Json out = Json::array();
   if (mounts.empty()) return out;
-  if (!rt || !rt->Caps().volumes)
+  if (!any_runtime && (!rt || !rt->Caps().volumes))
     return Fail(Errc::kInvalidArgument, "the " + std::string(rt ? rt->Name() : "?") +
                                             " runtime cannot mount volumes (use runtime oci)");
   if (mounts.size() > kMaxVolumesPerSandbox)

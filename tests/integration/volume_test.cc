@@ -131,9 +131,10 @@ TEST_F(VolumeTest, TwoSandboxesShareAVolumeAndReadOnlyIsEnforced) {
   EXPECT_EQ((*sb)["volumes"][0]["name"], "shared");
   EXPECT_EQ((*sb)["volumes"][0]["read_only"], true);
 
-  auto w = Sh(a, "echo from-a > /data/note && id -u && stat -c %u /data/note");
+  auto w = Sh(a, "echo from-a > /data/note && id -u && stat -c %u /data/note && stat -c %a /data");
   EXPECT_EQ(w.exit_code, 0) << w.err;
-  EXPECT_EQ(w.out, "0\n0\n");  // root inside owns what it writes
+  // Root inside owns what it writes; the volume's root is open to any user of a template.
+  EXPECT_EQ(w.out, "0\n0\n777\n");
   auto r = Sh(b, "cat /mnt/shared/note && echo from-b >> /mnt/shared/note");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "from-a\n");

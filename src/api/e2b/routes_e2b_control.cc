@@ -143,6 +143,11 @@ Awaitable<void> Create(Ctx& ctx) {
     co_await ReplyError(ctx, req.error());
     co_return;
   }
+  // A bad volume mount is answered now, not after a built-in template's import.
+  if (auto st = co_await ctx.Blocking([&] { return p->CheckVolumeMounts(req->volumes); }); !st) {
+    co_await ReplyError(ctx, st.error());
+    co_return;
+  }
   if (req->snapshot_id.empty()) {
     std::string ref = req->template_ref;
     auto builtin = co_await ctx.Blocking([&] { return MissingBuiltin(p, ref); });

@@ -52,9 +52,7 @@ async def test_async_sandbox_end_to_end():
     assert await sbx.is_running() is False
 
 
-# Known bug since e2b-base (the `user` account) became E2B's base: the write to the volume's
-# root fails with EACCES here, while the sync case passes. Open in issue 18's note.
-@pytest.mark.xfail(reason="volume root not writable from e2b-base in the async case (issue 18)", strict=False)
+# e2b-base runs commands as `user`: the volume's root must be writable by it.
 async def test_async_volume_mounted_into_an_async_sandbox(monkeypatch):
     import os
     import time
