@@ -329,6 +329,45 @@ class ClusterTest(unittest.TestCase):
             devcluster("heal", "g2", "e1", "e2", "e3")
         wait_until(lambda: create(g2)[0] in (200, 201, 202), 30, "g2 creating again")
 
+    def test_10_e2b_and_ports_through_the_gateways(self):
+        """E2B's control plane and envd, and a sandbox's port, through both gateways."""
+        g1, g2 = C["gateways"]
+        e2b = {"X-API-KEY": C["key"]}
+        status, b = http("POST", g1 + "/sandboxes", {"templateID": "base:latest", "timeout": 300}, headers=e2b,
+                         key=False, timeout=90)
+        self.assertEqual(status, 201, b)
+        sid, token = b["sandboxID"], b["envdAccessToken"]
+        C["placed"][sid] = "?"
+        status, info = http("GET", f"{g2}/sandboxes/{sid}", headers=e2b, key=False)
+        self.assertEqual(status, 200, info)
+        self.assertEqual(info["sandboxID"], sid)
+        # envd: routed by E2b-Sandbox-Id, authorised by the node with the sandbox's token.
+        envd = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983", "X-Access-Token": token}
+        status, health = http("GET", g2 + "/health", headers=envd, key=False)
+        self.assertIn(status, (200, 204), health)
+        status, _ = http("GET", g2 + "/health", headers={"E2b-Sandbox-Id": sid}, key=False)
+        self.assertIn(status, (200, 204, 401, 403))
+        # A port, through a gateway, the node's proxy and the sandbox's namespace.
+        status, cmd = http("POST", f"{g1}/v1/sandboxes/{sid}/commands",
+                           {"cmd": "mkdir -p /www && echo served-by-$(hostname) > /www/index.html && "
+                                   "exec busybox httpd -f -p 127.0.0.1:8080 -h /www"})
+        self.assertEqual(status, 201, cmd)
+
+        def served():
+            s, body = http("GET", f"{g2}/v1/sandboxes/{sid}/ports/8080/index.html")
+            return body if s == 200 else None
+        self.assertIn("served-by-", wait_until(served, 20, "the sandbox's httpd through the gateway"))
+        # Lists on E2B's surface merge every node.
+        status, lst = http("GET", g1 + "/v2/sandboxes", headers=e2b, key=False)
+        self.assertEqual(status, 200, lst)
+        self.assertIn(sid, [x["sandboxID"] for x in lst])
+        status, _ = http("DELETE", f"{g2}/sandboxes/{sid}", headers=e2b, key=False)
+        self.assertEqual(status, 204)
+        C["placed"].pop(sid, None)
+        status, b = http("GET", f"{g1}/sandboxes/{sid}", headers=e2b, key=False)
+        self.assertEqual(status, 404, b)
+        self.assertEqual(b.get("code"), 404, b)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
