@@ -89,16 +89,16 @@ refused() { # refused NAME EXPECTED-MESSAGE HELM-ARGS...
     fail "refused $name: helm failed, but not saying '$msg':"; cat "$work/refused.yaml.err"
   fi
 }
-refused "etcd.mode=bogus" "etcd.mode" --set etcd.mode=bogus
-refused "image.tag=latest" "latest" --set image.tag=latest
-refused "etcd.image.tag=latest" "latest" --set etcd.image.tag=latest
+refused "etcd.mode=bogus" "/etcd/mode': value must be one of" --set etcd.mode=bogus
+refused "image.tag=latest" 'image tag "latest" is not pinned' --set image.tag=latest
+refused "etcd.image.tag=latest" 'etcd.image: image tag "latest" is not pinned' --set etcd.image.tag=latest
 refused "external etcd without endpoints" "etcd.mode=external needs etcd.endpoints" --set etcd.mode=external
-refused "https etcd endpoint" "etcd.endpoints" --set etcd.mode=external --set 'etcd.endpoints={https://e:2379}'
+refused "https etcd endpoint" "/etcd/endpoints/0': 'https://e:2379' does not match" --set etcd.mode=external --set 'etcd.endpoints={https://e:2379}'
 refused "even etcd.replicas" "etcd.replicas must be odd" --set etcd.replicas=2
 refused "pdb.minAvailable >= replicas" "must be below gateway.replicas" --set gateway.replicas=2 --set gateway.pdb.minAvailable=2
-refused "misspelt top-level key" "gatway" --set gatway.replicas=3
-refused "misspelt nested key" "replica" --set gateway.replica=3
-refused "string replicas" "gateway.replicas" --set-string gateway.replicas=two
+refused "misspelt top-level key" "additional properties 'gatway' not allowed" --set gatway.replicas=3
+refused "misspelt nested key" "/gateway': additional properties 'replica' not allowed" --set gateway.replica=3
+refused "string replicas" "/gateway/replicas': got string, want integer" --set-string gateway.replicas=two
 
 # Values the chart renders, that the checker must reject.
 rejected() { # rejected NAME EXPECTED-MESSAGE FILE CHECK-FLAGS...
