@@ -78,6 +78,34 @@ expect_in "defaults: image tag is the appVersion" "$work/defaults.yaml" \
 render "$work/again.yaml" && ! cmp -s <(grep 'api-key:' "$work/defaults.yaml") <(grep 'api-key:' "$work/again.yaml") \
   && pass "defaults: generated api-key differs between installs" || fail "defaults: generated api-key is constant"
 
+# NOTES.txt: helm renders it only at install, where an error in it fails the install. Render it
+# here through a copy of the chart in which it is a named template, and check what it says.
+notes() { # notes OUT ARGS...: the rendered NOTES into OUT
+  local copy="$work/notes-chart" out="$1"; shift
+  rm -rf "$copy" && cp -r "$chart" "$copy" || return 1
+  { printf '{{- define "space.notes" -}}\n'; cat "$chart/templates/NOTES.txt"; printf '{{- end -}}\n'; } \
+    >"$copy/templates/_notes.tpl"
+  rm "$copy/templates/NOTES.txt"
+  printf 'notes: {{ include "space.notes" . | toJson }}\n' >"$copy/templates/notes.yaml"
+  "$helm" template sp "$copy" --namespace "$ns" --show-only templates/notes.yaml "$@" >"$out.raw" 2>"$out.err" &&
+    /usr/bin/python3 -c 'import json,sys; l=[x for x in open(sys.argv[1]) if x.startswith("notes: ")][0]; print(json.loads(l[7:]))' \
+      "$out.raw" >"$out"
+}
+if notes "$work/notes-default.txt"; then
+  expect_in "NOTES: port-forward to the gateway" "$work/notes-default.txt" "port-forward service/sp-space-gateway 7070:7070"
+  expect_in "NOTES: the API key from the Secret" "$work/notes-default.txt" "get secret sp-space-auth -o jsonpath='{.data.api-key}'"
+  expect_in "NOTES: how to label machines" "$work/notes-default.txt" "kubectl label node MACHINE space.dev/node=true"
+else
+  fail "NOTES (defaults) do not render"; cat "$work/notes-default.txt.err"
+fi
+if notes "$work/notes-gw.txt" -f "$chart/ci/gateway-only-values.yaml" --set gateway.sandboxDomain=sb.test; then
+  expect_in "NOTES: existing Secret named" "$work/notes-gw.txt" "get secret space-credentials"
+  expect_in "NOTES: sandbox domain" "$work/notes-gw.txt" "*.sb.test"
+  expect_not_in "NOTES: no node hints without nodes" "$work/notes-gw.txt" "kubectl label node"
+else
+  fail "NOTES (gateway-only) do not render"; cat "$work/notes-gw.txt.err"
+fi
+
 # Values the chart itself must refuse (values.schema.json or the templates' checks).
 refused() { # refused NAME EXPECTED-MESSAGE HELM-ARGS...
   local name="$1" msg="$2"; shift 2
