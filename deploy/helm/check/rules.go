@@ -99,6 +99,12 @@ func Check(objs []*Object, opt Options, p *Problems) {
 	node := one(byComponent["node"], "DaemonSet", "node", opt.Nodes, p)
 	gateway := one(byComponent["gateway"], "Deployment", "gateway", opt.Gateways != 0, p)
 	etcd := one(byComponent["etcd"], "StatefulSet", "etcd", len(opt.ExternalEtcd) == 0, p)
+	// Workloads without containers were reported above; the rules below read container 0.
+	for _, w := range []**Workload{&node, &gateway, &etcd} {
+		if *w != nil && len((*w).Template.Spec.Containers) == 0 {
+			*w = nil
+		}
+	}
 	if len(opt.ExternalEtcd) > 0 && len(byComponent["etcd"]) > 0 {
 		p.Addf("etcd is external, yet the chart renders %s", byComponent["etcd"][0])
 	}
