@@ -82,6 +82,7 @@ func main() {
 	flag.StringVar(&o.ExistingSecret, "existing-secret", "", "the credentials come from this existing Secret")
 	flag.IntVar(&o.Gateways, "gateways", -1, "expected gateway replicas (-1: any)")
 	flag.BoolVar(&o.Nodes, "nodes", true, "a node DaemonSet is expected")
+	printArgs := flag.String("print-args", "", "only print the args of this component's first container, one per line")
 	flag.Parse()
 	if external != "" {
 		o.ExternalEtcd = strings.Split(external, ",")
@@ -99,6 +100,9 @@ func main() {
 			os.Exit(2)
 		}
 		objs = append(objs, got...)
+	}
+	if *printArgs != "" {
+		os.Exit(PrintArgs(objs, *printArgs))
 	}
 	Check(objs, o, &p)
 	if len(p.list) > 0 {
@@ -118,6 +122,30 @@ func main() {
 	}
 	sort.Strings(parts)
 	fmt.Printf("check: ok, %d objects (%s)\n", len(objs), strings.Join(parts, ", "))
+}
+
+// PrintArgs prints the args of the first container of the workload whose pods carry
+// app.kubernetes.io/component=COMPONENT (to check them against the real binaries' flags).
+func PrintArgs(objs []*Object, component string) int {
+	for _, o := range objs {
+		var t *corev1.PodTemplateSpec
+		switch v := o.Obj.(type) {
+		case *appsv1.DaemonSet:
+			t = &v.Spec.Template
+		case *appsv1.Deployment:
+			t = &v.Spec.Template
+		case *appsv1.StatefulSet:
+			t = &v.Spec.Template
+		}
+		if t != nil && t.Labels[componentLabel] == component && len(t.Spec.Containers) > 0 {
+			for _, a := range t.Spec.Containers[0].Args {
+				fmt.Println(a)
+			}
+			return 0
+		}
+	}
+	fmt.Fprintf(os.Stderr, "check: no workload of component %s\n", component)
+	return 1
 }
 
 // Load splits a multi-document YAML file and strictly decodes every document.
