@@ -83,6 +83,7 @@ func main() {
 	flag.IntVar(&o.Gateways, "gateways", -1, "expected gateway replicas (-1: any)")
 	flag.BoolVar(&o.Nodes, "nodes", true, "a node DaemonSet is expected")
 	printArgs := flag.String("print-args", "", "only print the args of this component's first container, one per line")
+	secretDir := flag.String("write-secret", "", "only write each key of the rendered Secret to a file (mode 0600) in this directory")
 	flag.Parse()
 	if external != "" {
 		o.ExternalEtcd = strings.Split(external, ",")
@@ -103,6 +104,9 @@ func main() {
 	}
 	if *printArgs != "" {
 		os.Exit(PrintArgs(objs, *printArgs))
+	}
+	if *secretDir != "" {
+		os.Exit(WriteSecret(objs, *secretDir))
 	}
 	Check(objs, o, &p)
 	if len(p.list) > 0 {
@@ -145,6 +149,23 @@ func PrintArgs(objs []*Object, component string) int {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "check: no workload of component %s\n", component)
+	return 1
+}
+
+// WriteSecret writes the data of the one rendered Secret as files, as the kubelet mounts them.
+func WriteSecret(objs []*Object, dir string) int {
+	for _, o := range objs {
+		if s, ok := o.Obj.(*corev1.Secret); ok {
+			for k, v := range s.Data {
+				if err := os.WriteFile(dir+"/"+k, v, 0o600); err != nil {
+					fmt.Fprintf(os.Stderr, "check: %v\n", err)
+					return 1
+				}
+			}
+			return 0
+		}
+	}
+	fmt.Fprintln(os.Stderr, "check: no Secret rendered")
 	return 1
 }
 
