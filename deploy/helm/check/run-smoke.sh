@@ -85,8 +85,12 @@ mapfile -t gw_args < <(kubelet_args gateway)
 echo "node:    spaced ${node_args[*]}"
 echo "gateway: spaced ${gw_args[*]}"
 
-setpriv --pdeathsig KILL -- "$bin/spaced" "${node_args[@]}" >"$tmp/node.log" 2>&1 &
-pids+=($!)
+start_node() {
+  setpriv --pdeathsig KILL -- "$bin/spaced" "${node_args[@]}" >>"$tmp/node.log" 2>&1 &
+  node_pid=$!
+  pids+=($node_pid)
+}
+start_node
 setpriv --pdeathsig KILL -- "$bin/spaced" "${gw_args[@]}" >"$tmp/gateway.log" 2>&1 &
 pids+=($!)
 
@@ -118,4 +122,41 @@ code=$(curl -sS --noproxy '*' -m 10 -o "$tmp/list.json" -w '%{http_code}' -H "Au
   fail "GET /v1/sandboxes with the Secret's key: $code $(head -c 300 "$tmp/list.json")"
 code=$(curl -sS --noproxy '*' -m 10 -o /dev/null -w '%{http_code}' -H "Authorization: Bearer sk-not-the-key-0000000000" "$gw/v1/sandboxes")
 [ "$code" = 401 ] && pass "a wrong key is refused (401)" || fail "a wrong key got $code"
+
+# A node Pod restart: spaced dies (SIGKILL, as a crashed or replaced container), its sandbox
+# does not; the new spaced, same args, same hostPath data dir, adopts it again and the
+# gateway routes to it. The marker lives in the sandbox's /dev/shm (memory): only the same
+# running sandbox still has it.
+auth=(-H "Authorization: Bearer $api_key")
+api() { curl -sS --noproxy '*' -m 90 "${auth[@]}" "$@"; }
+api -X POST -H 'Content-Type: application/json' -d '{"template":"base:latest"}' \
+  -o "$tmp/create.json" -w '%{http_code}' "$gw/v1/sandboxes?wait=60s" >"$tmp/create.code"
+sid=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["sandbox"]["id"])' "$tmp/create.json" 2>/dev/null)
+if [ "$(cat "$tmp/create.code")" = 201 ] && [ -n "$sid" ]; then
+  pass "create through the gateway: $sid"
+else
+  fail "create through the gateway: $(cat "$tmp/create.code") $(head -c 400 "$tmp/create.json")"; finish
+fi
+code=$(api -X PUT --data-binary "before-restart" -o "$tmp/put.json" -w '%{http_code}' "$gw/v1/sandboxes/$sid/files?path=/dev/shm/marker")
+[ "$code" = 200 ] && pass "marker written to the sandbox's /dev/shm" || fail "writing the marker: $code $(cat "$tmp/put.json")"
+
+kill -KILL "$node_pid"; wait "$node_pid" 2>/dev/null
+code=$(api -o /dev/null -w '%{http_code}' "$gw/v1/sandboxes/$sid/files?path=/dev/shm/marker")
+[ "$code" != 200 ] && pass "node down: the gateway cannot reach the sandbox ($code)" || fail "node down, yet 200"
+start_node
+back=""
+for _ in $(seq 1 120); do
+  if [ "$(api -o "$tmp/marker" -w '%{http_code}' "$gw/v1/sandboxes/$sid/files?path=/dev/shm/marker")" = 200 ]; then back=1; break; fi
+  sleep 0.5
+done
+[ -n "$back" ] && pass "after the node restart the gateway reaches the sandbox again" || fail "sandbox unreachable after the node restart"
+[ "$(cat "$tmp/marker" 2>/dev/null)" = before-restart ] && pass "the same running sandbox (its /dev/shm marker is there)" ||
+  fail "marker lost: $(head -c 200 "$tmp/marker" 2>/dev/null)"
+# A sandbox token minted before the restart (signed with the Secret's token-keys) still works.
+stoken=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["token"])' "$tmp/create.json" 2>/dev/null)
+code=$(curl -sS --noproxy '*' -m 10 -H "Authorization: Bearer $stoken" -o /dev/null -w '%{http_code}' \
+  "$gw/v1/sandboxes/$sid/files?path=/dev/shm/marker")
+[ "$code" = 200 ] && pass "the sandbox token minted before the restart still verifies" || fail "old sandbox token: $code"
+code=$(api -X DELETE -o "$tmp/delete.json" -w '%{http_code}' "$gw/v1/sandboxes/$sid?wait=30s")
+[ "$code" = 200 ] && pass "delete through the gateway" || fail "delete: $code $(cat "$tmp/delete.json")"
 finish
