@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds helm and the manifest checker from this module's pinned go.mod/go.sum (no version
 # floats: -mod=readonly, and the Go toolchain installed on the machine), once per content:
-# the binaries are cached under ${SPACE_CACHE_DIR:-~/.cache/space}/helm-tools/<hash>/, helm's
+# the binaries are cached under ${SPACE_CACHE_DIR:-~/.cache/space}/helm-tools/NAME-<hash>/, helm's
 # by the hash of go.mod+go.sum, the checker's by that and its sources. Prints that directory's
 # helm and check paths, one per line ("helm PATH", "check PATH").
 #   usage: build-tools.sh            (exit 77 when go is not installed)
@@ -15,7 +15,9 @@ if ! command -v go >/dev/null; then
   echo "build-tools: go is not installed" >&2
   exit 77
 fi
-cache="${SPACE_CACHE_DIR:-$HOME/.cache/space}/helm-tools"
+# go keeps its module and build caches under HOME unless told otherwise (GOMODCACHE, GOCACHE).
+if [ -z "${HOME:-}" ]; then HOME="$(getent passwd "$(id -u)" | cut -d: -f6)"; export HOME; fi
+cache="${SPACE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/space}/helm-tools"
 mkdir -p "$cache"
 mod_hash=$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-16)
 src_hash=$(cat "$here/go.mod" "$here/go.sum" "$here"/*.go | sha256sum | cut -c1-16)
