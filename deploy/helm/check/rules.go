@@ -108,14 +108,14 @@ func Check(objs []*Object, opt Options, p *Problems) {
 	if len(opt.ExternalEtcd) > 0 && len(byComponent["etcd"]) > 0 {
 		p.Addf("etcd is external, yet the chart renders %s", byComponent["etcd"][0])
 	}
-	secretName := ""
+	secretName, secretKeys := "", map[string]string{}
 	if node != nil {
-		secretName = checkNode(node, p)
+		secretName = checkNode(node, secretKeys, p)
 	}
 	if gateway != nil {
 		checkGateway(gateway, opt, pdbs, p)
 	}
-	checkSecret(secretName, secrets, opt, p)
+	checkSecret(secretName, secretKeys, secrets, opt, p)
 
 	// Node and gateway must reach the same etcd, and it must be the one the chart runs (or
 	// the external one asked for).
@@ -455,8 +455,8 @@ func hostPaths(spec *corev1.PodSpec) map[string]string {
 }
 
 // checkNode: the node DaemonSet's privileges, host mounts, identity and credentials. Returns
-// the credentials Secret it mounts.
-func checkNode(w *Workload, p *Problems) string {
+// the credentials Secret it mounts; keys gets, per credentials flag, the Secret key behind it.
+func checkNode(w *Workload, keys map[string]string, p *Problems) string {
 	ds := w.Obj.(*appsv1.DaemonSet)
 	spec := &w.Template.Spec
 	if !spec.HostNetwork || !spec.HostPID {
@@ -561,7 +561,7 @@ func checkNode(w *Workload, p *Problems) string {
 			p.Addf("%s: credentials come from two Secrets (%s, %s)", w, secretName, name)
 		}
 		secretName = name
-		_ = key
+		keys[flagName] = key
 	}
 	return secretName
 }
@@ -662,7 +662,7 @@ func selectsSelf(ls *metav1.LabelSelector, w *Workload) bool {
 
 // checkSecret: the credentials Secret is rendered (with usable keys) unless an existing one
 // is named, and the nodes mount that one.
-func checkSecret(mounted string, secrets map[string]*corev1.Secret, opt Options, p *Problems) {
+func checkSecret(mounted string, keys map[string]string, secrets map[string]*corev1.Secret, opt Options, p *Problems) {
 	if opt.ExistingSecret != "" {
 		if mounted != "" && mounted != opt.ExistingSecret {
 			p.Addf("nodes mount Secret %q, want the existing %q", mounted, opt.ExistingSecret)
@@ -689,8 +689,8 @@ func checkSecret(mounted string, secrets map[string]*corev1.Secret, opt Options,
 		}
 		return s.StringData[k]
 	}
-	if k := strings.TrimSpace(get("api-key")); len(k) < 16 {
-		p.Addf("Secret %s: api-key missing or shorter than 16 bytes", s.Name)
+	if k := strings.TrimSpace(get(keys["--api-key-file"])); len(k) < 16 {
+		p.Addf("Secret %s: %s (the --api-key-file) missing or shorter than 16 bytes", s.Name, keys["--api-key-file"])
 	}
 	var tk struct {
 		Keys []struct {
@@ -698,8 +698,8 @@ func checkSecret(mounted string, secrets map[string]*corev1.Secret, opt Options,
 			Secret string `json:"secret"`
 		} `json:"keys"`
 	}
-	if err := json.Unmarshal([]byte(get("token-keys")), &tk); err != nil || len(tk.Keys) == 0 {
-		p.Addf("Secret %s: token-keys is not {\"keys\":[...]} with a key (%v)", s.Name, err)
+	if err := json.Unmarshal([]byte(get(keys["--token-keys-file"])), &tk); err != nil || len(tk.Keys) == 0 {
+		p.Addf("Secret %s: %s (the --token-keys-file) is not {\"keys\":[...]} with a key (%v)", s.Name, keys["--token-keys-file"], err)
 		return
 	}
 	for _, k := range tk.Keys {

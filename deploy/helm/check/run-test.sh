@@ -64,6 +64,8 @@ positive gateway-only "$chart/ci/gateway-only-values.yaml" --gateways 5 --nodes=
   --existing-secret space-credentials \
   --external-etcd http://space-etcd-0.space-etcd.space.svc.cluster.local:2379
 positive kind "$kind_values" --gateways 2
+printf 'auth:\n  apiKeyKey: operator.key\n  tokenKeysKey: signing.json\n' >"$work/custom-keys-values.yaml"
+positive custom-key-names "$work/custom-keys-values.yaml" --gateways 2
 
 # What the renderings must say, beyond what the checker's rules know.
 expect_in() { # expect_in NAME FILE TEXT
@@ -257,7 +259,7 @@ mutated no-kvm "              mountPath: /dev/kvm" "              mountPath: /de
 mutated headless-not "  clusterIP: None" "  clusterIP: 10.0.0.10" "must be headless"
 mutated rbac-wildcard 'verbs: ["get"]' 'verbs: ["*"]' "wildcard in a rule"
 mutated bad-token-keys "  token-keys: " "  token-keys: e30K
-  x-token-keys: " "token-keys is not"
+  x-token-keys: " "token-keys (the --token-keys-file) is not"
 
 echo "helm_chart_test: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
