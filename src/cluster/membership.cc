@@ -13,22 +13,40 @@ int64_t MonoMs() {
       .count();
 }
 
+// A DNS name as Kubernetes names nodes ("ip-10-0-1-2.ec2.internal"): labels of
+// [a-z0-9-] joined by dots, 253 at most.
 bool ValidNodeName(const std::string& n) {
-  if (n.empty() || n.size() > 63) return false;
-  for (char c : n)
+  if (n.empty() || n.size() > 253) return false;
+  size_t label = 0;
+  for (size_t i = 0; i < n.size(); ++i) {
+    const char c = n[i];
+    if (c == '.') {
+      if (label == 0 || n[i - 1] == '-') return false;
+      label = 0;
+      continue;
+    }
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
-  return n.front() != '-' && n.back() != '-';
+    if (c == '-' && label == 0) return false;
+    if (++label > 63) return false;
+  }
+  return label > 0 && n.back() != '-';
 }
 
 }  // namespace
+
+Status CheckNodeName(const std::string& name) {
+  if (!ValidNodeName(name))
+    return Fail(Errc::kInvalidArgument,
+                "node name must be a DNS name (labels of [a-z0-9-] joined by dots): '" + name + "'");
+  return Ok();
+}
 
 // ---------------------------------------------------------------- node side
 
 NodeMembership::NodeMembership(Store& store, NodeOptions opts) : store_(store), opts_(std::move(opts)) {}
 
 Result<std::unique_ptr<NodeMembership>> NodeMembership::Join(Store& store, NodeOptions opts) {
-  if (!ValidNodeName(opts.name))
-    return Fail(Errc::kInvalidArgument, "node name must be 1-63 of [a-z0-9-]: '" + opts.name + "'");
+  SPACE_TRY(CheckNodeName(opts.name));
   if (opts.lease_ttl_s < 2) return Fail(Errc::kInvalidArgument, "node lease TTL must be at least 2 s");
   if (opts.prefix.empty() || opts.prefix.back() != '/')
     return Fail(Errc::kInvalidArgument, "cluster prefix must end in '/'");

@@ -26,7 +26,7 @@ namespace space::cluster {
 
 struct NodeOptions {
   std::string prefix = "/space/";
-  std::string name;         // unique in the cluster: [a-z0-9-], 1..63
+  std::string name;         // unique in the cluster: a DNS name (labels of [a-z0-9-], dots)
   int64_t lease_ttl_s = 5;  // liveness: the node is gone this long after its last renewal
   // The node's record as it is now (address, runtimes, labels, load); published at
   // registration and every publish_interval_ms.
@@ -40,6 +40,9 @@ struct NodeOptions {
   std::function<std::vector<std::string>()> owned;
   std::function<void(const std::vector<std::string>&)> on_given_up;
 };
+
+// Node names are DNS names, as Kubernetes names nodes ("ip-10-0-1-2.ec2.internal").
+[[nodiscard]] Status CheckNodeName(const std::string& name);
 
 // A node's registration: keeps its lease alive on a thread of its own.
 class NodeMembership {

@@ -117,6 +117,11 @@ TEST_F(MembershipTest, NodesAppearInTheViewAndRoutesAreExclusive) {
   ASSERT_TRUE(Eventually([&] { return !(*view)->RouteOf("sb-1") && (*view)->Nodes().size() == 1; }, 3s));
 
   EXPECT_EQ(NodeMembership::Join(st(), Node("Bad_Name")).error().code, Errc::kInvalidArgument);
+  // Kubernetes' node names are DNS names.
+  EXPECT_TRUE(CheckNodeName("ip-10-0-1-2.ec2.internal"));
+  for (const char* bad : {"", ".a", "a.", "a..b", "-a", "a-.b", "A.b", "a_b"})
+    EXPECT_FALSE(CheckNodeName(bad)) << bad;
+  EXPECT_FALSE(CheckNodeName(std::string(64, 'a'))) << "a label is at most 63";
 }
 
 // Cut off: the node fences itself once its TTL has passed, the cluster drops it and its

@@ -51,10 +51,7 @@ Status ValidateClusterFlags(ClusterFlags& f, const std::string& listen) {
     return Fail(Errc::kInvalidArgument, "--cluster-prefix must start and end with '/'");
   if (f.role == "node") {
     if (f.node_name.empty()) f.node_name = HostName();
-    bool name_ok = !f.node_name.empty() && f.node_name.size() <= 63 && f.node_name.front() != '-' &&
-                   f.node_name.back() != '-';
-    for (char c : f.node_name) name_ok = name_ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
-    if (!name_ok) return Fail(Errc::kInvalidArgument, "--node-name must be 1-63 of [a-z0-9-]: '" + f.node_name + "'");
+    SPACE_TRY_WRAP(cluster::CheckNodeName(f.node_name), "--node-name");
     if (f.advertise.empty()) f.advertise = listen;
     auto colon = f.advertise.rfind(':');
     std::string host = colon == std::string::npos ? "" : f.advertise.substr(0, colon);

@@ -171,29 +171,39 @@ Awaitable<Answer> Gateway::Impl::Exchange(const std::string& node, const http::r
 }
 
 Awaitable<void> Gateway::Impl::RelayTo(Ctx& ctx, Surface form, const std::string& node) {
-  auto ep = node.empty() ? std::nullopt : NodeEndpoint(node);
-  if (!ep) {
-    std::string why = node.empty() ? "node unavailable: no node is live in the cluster"
-                                   : "node unavailable: node " + node + " left the cluster";
-    co_await ReplyFail(ctx, form, 503, why);
+  std::vector<std::string> one;
+  if (!node.empty()) one.push_back(node);
+  co_await RelayToFirst(ctx, form, one);
+}
+
+// Relays to the first of `nodes` that takes the connection.
+Awaitable<void> Gateway::Impl::RelayToFirst(Ctx& ctx, Surface form, const std::vector<std::string>& nodes) {
+  std::string why = "node unavailable: no node is live in the cluster";
+  for (const std::string& node : nodes) {
+    auto ep = NodeEndpoint(node);
+    if (!ep) {
+      why = "node unavailable: node " + node + " left the cluster";
+      continue;
+    }
+    beast::tcp_stream up(ctx.stream->get_executor());
+    beast::error_code ec;
+    up.expires_after(kConnectTimeout);
+    co_await up.async_connect(*ep, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      why = "node unavailable: node " + node + " does not answer (" + ec.message() + ")";
+      continue;
+    }
+    up.socket().set_option(tcp::no_delay(true), ec);
+    api::RelayPolicy policy;
+    policy.upstream = "node " + node;
+    policy.fail = [&ctx, form](int status, std::string message) -> Awaitable<void> {
+      co_await ReplyFail(ctx, form, status, message);
+    };
+    const std::string target(ctx.req().target());
+    co_await api::Relay(ctx, up, target, policy);
     co_return;
   }
-  beast::tcp_stream up(ctx.stream->get_executor());
-  beast::error_code ec;
-  up.expires_after(kConnectTimeout);
-  co_await up.async_connect(*ep, asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) {
-    co_await ReplyFail(ctx, form, 503, "node unavailable: node " + node + " does not answer (" + ec.message() + ")");
-    co_return;
-  }
-  up.socket().set_option(tcp::no_delay(true), ec);
-  api::RelayPolicy policy;
-  policy.upstream = "node " + node;
-  policy.fail = [&ctx, form](int status, std::string message) -> Awaitable<void> {
-    co_await ReplyFail(ctx, form, status, message);
-  };
-  const std::string target(ctx.req().target());
-  co_await api::Relay(ctx, up, target, policy);
+  co_await ReplyFail(ctx, form, 503, why);
 }
 
 Awaitable<void> Gateway::Impl::ToSandbox(Ctx& ctx, Surface form, const std::string& id) {
@@ -288,8 +298,7 @@ Awaitable<void> Gateway::Impl::Find(Ctx& ctx, Surface form) {
 
 Awaitable<void> Gateway::Impl::ToAnyNode(Ctx& ctx, Surface form) {
   auto nodes = LiveNodes();
-  std::string node = nodes.empty() ? std::string() : nodes.front();
-  co_await RelayTo(ctx, form, node);
+  co_await RelayToFirst(ctx, form, nodes);
 }
 
 }  // namespace space::gateway

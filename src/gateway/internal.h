@@ -76,6 +76,7 @@ struct Gateway::Impl {
   // Anything else: one live node answers.
   Awaitable<void> ToAnyNode(Ctx& ctx, Surface form);
   Awaitable<void> RelayTo(Ctx& ctx, Surface form, const std::string& node);
+  Awaitable<void> RelayToFirst(Ctx& ctx, Surface form, const std::vector<std::string>& nodes);
   Awaitable<Answer> Exchange(const std::string& node, const http::request<http::string_body>& req,
                              std::chrono::seconds timeout);
 };
