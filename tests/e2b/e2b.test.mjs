@@ -475,6 +475,8 @@ describe('volumes', () => {
     assert.ok((await Volume.list()).some((v) => v.volumeId === vol.volumeId))
 
     const sbx = await create({ volumeMounts: { '/data': vol } })
+    const detail = await (await fetch(`${API}/sandboxes/${sbx.sandboxId}`, { headers: { 'X-API-KEY': process.env.E2B_API_KEY } })).json()
+    assert.deepEqual(detail.volumeMounts, [{ name, path: '/data' }])
     const r = await sbx.commands.run('cat /data/dir/hello.txt && echo from-sandbox > /data/back.txt')
     assert.equal(r.stdout, 'from the sdk')
     assert.equal(await vol.readFile('/back.txt'), 'from-sandbox\n')

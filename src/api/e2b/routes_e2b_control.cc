@@ -63,7 +63,12 @@ Json Listed(const store::SandboxRecord& r) {
   Json lim = limits ? *limits : Json::object();
   int64_t expires = JsonIntOr(r.spec, "expires_ms", 0);
   double cpus = lim.contains("cpus") && lim["cpus"].is_number() ? lim["cpus"].get<double>() : 1.0;
+  Json mounts = Json::array();  // E2B's SandboxVolumeMount: {name, path}
+  if (const Json* vs = JsonField(r.spec, "volumes"); vs && vs->is_array()) {
+    for (const auto& v : *vs) mounts.push_back({{"name", JsonStringOr(v, "name", "")}, {"path", JsonStringOr(v, "path", "")}});
+  }
   return {{"sandboxID", r.id},
+          {"volumeMounts", mounts},
           {"templateID", TemplateId(r.template_ref)},
           {"alias", TemplateId(r.template_ref)},
           {"clientID", "space"},
