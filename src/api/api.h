@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <functional>
 #include <string>
 
 #include "auth/auth.h"
@@ -37,6 +38,9 @@ struct ServerOptions {
   // bytes), as the daemon loaded them at start; empty = no console (/ui/ says so).
   std::map<std::string, std::string> console_assets;
   bool console_secure_cookies = false;  // cookies marked Secure (spaced behind a TLS proxy)
+  // GET /readyz: "" when ready to take sandboxes, else why not (a cluster node that has
+  // not joined or is cut off from etcd; docs/cluster.md). Unset: always ready.
+  std::function<std::string()> not_ready;
   int io_threads = 2;
   int blocking_threads = 16;
   size_t max_json_body = 1 << 20;

@@ -44,6 +44,7 @@ namespace {
 // segment), "a|b|c" (one of these literals, kept as sent) or a final "**" (any rest).
 constexpr const char* kRoutes[] = {
     "/healthz",
+    "/readyz",
     "/metrics",
     "/openapi.json",
     "/mcp",

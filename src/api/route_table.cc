@@ -10,6 +10,7 @@ namespace {
 
 constexpr RouteEntry kRoutes[] = {
     {"GET", "/healthz", Surface::kHealth},
+    {"GET", "/readyz", Surface::kHealth},
     {"GET", "/openapi.json", Surface::kOpenApi},
     {"POST", "/mcp", Surface::kMcp},
     // Prometheus metrics and one sandbox's figures (metrics.cc, docs/metrics.md).

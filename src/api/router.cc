@@ -69,6 +69,14 @@ Awaitable<void> RouteRequest(Ctx& ctx) {
   }
   // (Plain if-chains of co_await with co_return, as g++ 12 compiles them reliably: a
   // helper coroutine returning bool through such a chain died of SIGILL.)
+  if (route->surface == Surface::kHealth && ctx.path == "/readyz") {
+    const std::string why = ctx.opts->not_ready ? ctx.opts->not_ready() : std::string();
+    Json body = {{"ready", why.empty()}};
+    if (!why.empty()) body["reason"] = why;
+    const int status = why.empty() ? 200 : 503;
+    co_await ctx.Reply(status, body);
+    co_return;
+  }
   if (route->surface == Surface::kHealth) {
     Json ok = {{"ok", true}};
     co_await ctx.Reply(200, ok);

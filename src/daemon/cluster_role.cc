@@ -138,6 +138,13 @@ Json NodeRole::Describe() {
           {"load_seq", ++load_seq_}};
 }
 
+std::string NodeRole::NotReady() const {
+  cluster::NodeAgent* a = live_.load();
+  if (!a) return "node " + flags_.node_name + " has not joined its cluster yet (etcd " + flags_.etcd.front() + ")";
+  if (a->fenced()) return "node " + flags_.node_name + " is cut off from the cluster's etcd";
+  return "";
+}
+
 Status NodeRole::StartJoining(core::Platform* platform) {
   platform_ = platform;
   cluster::EtcdOptions eo;

@@ -40,6 +40,8 @@ class NodeRole {
   // (sandboxes run meanwhile; creates are refused until then). kInvalidArgument at once
   // for flags etcd or the membership refuse.
   [[nodiscard]] Status StartJoining(core::Platform* platform);
+  // GET /readyz: "" once joined and not cut off, else why not.
+  std::string NotReady() const;
 
  private:
   Json Describe();

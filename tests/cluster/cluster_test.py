@@ -163,6 +163,9 @@ class ClusterTest(unittest.TestCase):
             status, b = http("GET", g + "/readyz", key=False)
             self.assertEqual(status, 200, b)
             self.assertEqual(b["nodes"], 3)
+        for n, url in C["nodes"].items():
+            status, b = http("GET", url + "/readyz", key=False)
+            self.assertEqual((status, b), (200, {"ready": True}), n)
         nodes = etcd_prefix("/space/nodes/")
         self.assertEqual(sorted(nodes), ["n1", "n2", "n3"])
         for name, rec in nodes.items():
@@ -303,6 +306,9 @@ class ClusterTest(unittest.TestCase):
                 s, b = create(C["nodes"]["n1"])
                 return s == 503 and "cut off" in json.dumps(b)
             wait_until(refused, LEASE_TTL + 8, "n1 refusing creates")
+            status, b = http("GET", C["nodes"]["n1"] + "/readyz", key=False)
+            self.assertEqual(status, 503, b)
+            self.assertIn("cut off", b["reason"])
             wait_until(lambda: "n1" not in etcd_prefix("/space/nodes/"), LEASE_TTL + 6, "n1 dropped")
             if mine:
                 s, b = exec_echo(C["url"], mine[0], "x")
