@@ -32,26 +32,30 @@ Errc CodeFor(int status) {
   }
 }
 
+}  // namespace
+
 // A node's answer, passed on as it came (its hop-by-hop headers aside).
-Awaitable<void> ReplyAnswer(Ctx& ctx, const Answer& a, std::string body) {
+std::vector<std::pair<std::string, std::string>> PassedHeaders(const Answer& a) {
   std::vector<std::pair<std::string, std::string>> headers;
-  std::string type = "application/json";
   for (const auto& f : a.res) {
     const auto name = f.name();
     if (name == http::field::connection || name == http::field::keep_alive ||
         name == http::field::content_length || name == http::field::transfer_encoding ||
-        name == http::field::server || name == http::field::date)
+        name == http::field::server || name == http::field::date || name == http::field::content_type)
       continue;
-    if (name == http::field::content_type) {
-      type = std::string(f.value());
-      continue;
-    }
     headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
   }
-  co_await ctx.ReplyBytes(static_cast<int>(a.res.result_int()), std::move(body), type, headers);
+  return headers;
 }
 
-}  // namespace
+Awaitable<void> ReplyAnswer(Ctx& ctx, const Answer& a) {
+  std::string type(a.res[http::field::content_type]);
+  if (type.empty()) type = "application/json";
+  auto headers = PassedHeaders(a);
+  const int status = static_cast<int>(a.res.result_int());
+  std::string body = a.res.body();
+  co_await ctx.ReplyBytes(status, std::move(body), type, headers);
+}
 
 Awaitable<void> ReplyFail(Ctx& ctx, Surface form, int status, const std::string& message) {
   std::vector<std::pair<std::string, std::string>> headers;
@@ -206,24 +210,29 @@ Awaitable<void> Gateway::Impl::RelayToFirst(Ctx& ctx, Surface form, const std::v
   co_await ReplyFail(ctx, form, 503, why);
 }
 
+// The node a sandbox is routed to: the view's, or (not seen yet: just created; or gone)
+// etcd's own answer.
+Awaitable<std::optional<std::string>> Gateway::Impl::RouteNode(Ctx& ctx, const std::string& id) {
+  std::optional<std::string> node = view->RouteOf(id);
+  if (node) co_return node;
+  cluster::Store* st = opts.store;
+  const std::string key = opts.prefix + "routes/" + id;
+  auto route = co_await ctx.Blocking([&] { return st->Get(key); });
+  if (route && *route) {
+    auto j = ParseJson((*route)->value);
+    std::string n = j ? JsonStringOr(*j, "node", "") : "";
+    if (!n.empty() && NodeEndpoint(n)) node = n;
+  }
+  co_return node;
+}
+
 Awaitable<void> Gateway::Impl::ToSandbox(Ctx& ctx, Surface form, const std::string& id) {
   if (!StoreFresh(opts.stale_routes_s * 1000)) {
     co_await ReplyFail(ctx, form, 503, "the cluster store (etcd) has not answered for more than " +
                                            std::to_string(opts.stale_routes_s) + " s: routing stopped");
     co_return;
   }
-  std::optional<std::string> node = view->RouteOf(id);
-  if (!node) {
-    // Not seen yet (just created) or gone: ask etcd itself before answering.
-    cluster::Store* st = opts.store;
-    const std::string key = opts.prefix + "routes/" + id;
-    auto route = co_await ctx.Blocking([&] { return st->Get(key); });
-    if (route && *route) {
-      auto j = ParseJson((*route)->value);
-      std::string n = j ? JsonStringOr(*j, "node", "") : "";
-      if (!n.empty() && NodeEndpoint(n)) node = n;
-    }
-  }
+  std::optional<std::string> node = co_await RouteNode(ctx, id);
   if (node) {
     co_await RelayTo(ctx, form, *node);
     co_return;
@@ -284,13 +293,13 @@ Awaitable<void> Gateway::Impl::Find(Ctx& ctx, Surface form) {
     Answer a = co_await Exchange(node, req, kLookupTimeout);
     if (a.status == 0) continue;
     if (a.status != 404) {
-      co_await ReplyAnswer(ctx, a, a.res.body());
+      co_await ReplyAnswer(ctx, a);
       co_return;
     }
     last = std::move(a);
   }
   if (last) {
-    co_await ReplyAnswer(ctx, *last, last->res.body());
+    co_await ReplyAnswer(ctx, *last);
     co_return;
   }
   co_await ReplyFail(ctx, form, 503, "no node of the cluster answered");

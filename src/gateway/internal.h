@@ -64,6 +64,7 @@ struct Gateway::Impl {
   bool StoreFresh(int64_t within_ms) const;
   std::optional<tcp::endpoint> NodeEndpoint(const std::string& node) const;
   std::vector<std::string> LiveNodes() const;
+  Awaitable<std::optional<std::string>> RouteNode(Ctx& ctx, const std::string& id);
   // The sandbox's requests, relayed to its node (or answered: unavailable, not found).
   Awaitable<void> ToSandbox(Ctx& ctx, Surface form, const std::string& id);
   // GET /v1/sandboxes/{id}: the node's answer with "node" added, or the record's view.
@@ -82,6 +83,10 @@ struct Gateway::Impl {
 };
 
 Awaitable<void> ReplyFail(Ctx& ctx, Surface form, int status, const std::string& message);
+// A node's answer as it came, and its headers that go on (hop-by-hop ones and
+// Content-Type aside).
+Awaitable<void> ReplyAnswer(Ctx& ctx, const Answer& a);
+std::vector<std::pair<std::string, std::string>> PassedHeaders(const Answer& a);
 // Whether a live node accepts the request's credential for sandbox `id` ("" = any): 200,
 // or the status to answer (401, 403; 503 when no node answers).
 Awaitable<int> Authenticate(Gateway::Impl& g, Ctx& ctx, const std::string& id);

@@ -16,33 +16,8 @@ constexpr auto kListTimeout = std::chrono::seconds(30);
 bool Refusal(int status) { return status == 429 || status == 503 || status == 507; }
 
 Awaitable<void> ReplyJson(Ctx& ctx, const Answer& a, const Json& body) {
-  std::vector<std::pair<std::string, std::string>> headers;
-  for (const auto& f : a.res) {
-    const auto name = f.name();
-    if (name == http::field::connection || name == http::field::keep_alive ||
-        name == http::field::content_length || name == http::field::transfer_encoding ||
-        name == http::field::server || name == http::field::date || name == http::field::content_type)
-      continue;
-    headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
-  }
+  auto headers = PassedHeaders(a);
   co_await ctx.Reply(static_cast<int>(a.res.result_int()), body, headers);
-}
-
-Awaitable<void> ReplyRaw(Ctx& ctx, const Answer& a) {
-  std::string type(a.res[http::field::content_type]);
-  std::vector<std::pair<std::string, std::string>> headers;
-  for (const auto& f : a.res) {
-    const auto name = f.name();
-    if (name == http::field::connection || name == http::field::keep_alive ||
-        name == http::field::content_length || name == http::field::transfer_encoding ||
-        name == http::field::server || name == http::field::date || name == http::field::content_type)
-      continue;
-    headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
-  }
-  if (type.empty()) type = "application/json";
-  const int status = static_cast<int>(a.res.result_int());
-  std::string body = a.res.body();
-  co_await ctx.ReplyBytes(status, std::move(body), type, headers);
 }
 
 // What the gateway says of a sandbox from its record alone (its node is gone).
@@ -95,17 +70,7 @@ Awaitable<int> Authenticate(Gateway::Impl& g, Ctx& ctx, const std::string& id) {
 }
 
 Awaitable<void> Gateway::Impl::GetSandbox(Ctx& ctx, const std::string& id) {
-  std::optional<std::string> node = view->RouteOf(id);
-  if (!node) {
-    cluster::Store* st = opts.store;
-    const std::string key = opts.prefix + "routes/" + id;
-    auto route = co_await ctx.Blocking([&] { return st->Get(key); });
-    if (route && *route) {
-      auto j = ParseJson((*route)->value);
-      std::string n = j ? JsonStringOr(*j, "node", "") : "";
-      if (!n.empty() && NodeEndpoint(n)) node = n;
-    }
-  }
+  std::optional<std::string> node = co_await RouteNode(ctx, id);
   if (node) {
     auto req = Outgoing(ctx, "");
     Answer a = co_await Exchange(*node, req, kListTimeout);
@@ -118,7 +83,7 @@ Awaitable<void> Gateway::Impl::GetSandbox(Ctx& ctx, const std::string& id) {
       }
     }
     if (a.status != 0) {
-      co_await ReplyRaw(ctx, a);
+      co_await ReplyAnswer(ctx, a);
       co_return;
     }
     // The node does not answer: as if it were gone.
@@ -205,7 +170,7 @@ Awaitable<void> Gateway::Impl::Create(Ctx& ctx, Surface form) {
             break;
           }
           if (a.status == 401 || a.status == 403) {
-            co_await ReplyRaw(ctx, a);
+            co_await ReplyAnswer(ctx, a);
             co_return;
           }
         }
@@ -262,11 +227,11 @@ Awaitable<void> Gateway::Impl::Create(Ctx& ctx, Surface form) {
         co_return;
       }
     }
-    co_await ReplyRaw(ctx, a);
+    co_await ReplyAnswer(ctx, a);
     co_return;
   }
   if (last) {
-    co_await ReplyRaw(ctx, *last);
+    co_await ReplyAnswer(ctx, *last);
     co_return;
   }
   co_await ReplyFail(ctx, form, 503, "no node took the sandbox: " + last_error);
@@ -291,7 +256,7 @@ Awaitable<void> Gateway::Impl::List(Ctx& ctx, Surface form) {
     Answer a = co_await Exchange(node, req, kListTimeout);
     if (a.status == 0) continue;
     if (a.status != 200) {
-      co_await ReplyRaw(ctx, a);  // a refused credential, a bad filter: the same everywhere
+      co_await ReplyAnswer(ctx, a);  // a refused credential, a bad filter: the same everywhere
       co_return;
     }
     auto j = ParseJson(a.res.body());
