@@ -83,6 +83,9 @@ std::vector<std::string> NodeAgent::Reconcile() {
       keep.push_back(id);
     } else {
       lost.push_back(id);
+      // A lost record of ours is forgotten here: the delete below may end before this
+      // agent is live to hear of it (sandbox_gone runs only then).
+      if (j && JsonStringOr(*j, "node", "") == name()) (void)store_.CompareAndDelete((*rec)->key, (*rec)->mod_revision);
     }
   }
   if (!lost.empty()) {
