@@ -21,8 +21,10 @@ namespace space::api {
 
 class SessionBacking;  // api/console_sessions.h
 
-// GET /v1/templates/{ref}/archive: the template's record (JSON) and the body's sha256.
+// GET /v1/templates/{ref}/archive, /v1/snapshots/{id}/archive: the template's or the
+// snapshot's record (JSON) and the body's sha256.
 inline constexpr std::string_view kTemplateHeader = "X-Space-Template";
+inline constexpr std::string_view kSnapshotHeader = "X-Space-Snapshot";
 inline constexpr std::string_view kArchiveSha256Header = "X-Space-Archive-Sha256";
 
 struct ServerOptions {

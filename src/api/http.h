@@ -204,6 +204,7 @@ Awaitable<bool> RouteCommands(Ctx& ctx);
 Awaitable<bool> RouteCode(Ctx& ctx);
 Awaitable<bool> RouteFiles(Ctx& ctx);
 Awaitable<bool> RouteTemplates(Ctx& ctx);
+Awaitable<bool> RouteArchives(Ctx& ctx);
 Awaitable<bool> RouteRuntimes(Ctx& ctx);
 // /v1/volumes and their files (routes_volumes.cc, docs/volumes.md).
 Awaitable<bool> RouteVolumes(Ctx& ctx);

@@ -103,6 +103,7 @@ Awaitable<void> RouteRequest(Ctx& ctx) {
     if (co_await RouteCommands(ctx)) co_return;
     if (co_await RouteCode(ctx)) co_return;
     if (co_await RouteFiles(ctx)) co_return;
+    if (co_await RouteArchives(ctx)) co_return;
     if (co_await RouteSandboxes(ctx)) co_return;
     if (co_await RouteTemplates(ctx)) co_return;
     if (co_await RouteRuntimes(ctx)) co_return;

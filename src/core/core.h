@@ -92,6 +92,8 @@ struct Config {
   // (ImportTemplate) before it returns Ok; kNotFound when no node has it. Runs on the
   // caller's thread, with no lock of the platform's held. Unset on a single machine.
   std::function<Status(const std::string& ref)> fetch_template;
+  // The same for a snapshot a restore names that this node lacks (ImportSnapshot).
+  std::function<Status(const std::string& snapshot_id)> fetch_snapshot;
   // The cluster's shared operator keys (unset: every key is this node's own).
   std::shared_ptr<SharedKeys> shared_keys;
 };
@@ -279,7 +281,7 @@ class Platform {
   // to spaced's log. kNotFound if `ref` is not a built-in.
   [[nodiscard]] Result<store::OperationRecord> EnsureBuiltinTemplate(const std::string& ref,
                                                                      bool echo = false);
-  // Templates between a cluster's nodes (template_transfer.cc, docs/cluster.md).
+  // Templates and snapshots between a cluster's nodes (transfer.cc, docs/cluster.md).
   struct TemplateArchive {
     store::TemplateRecord record;
     std::string path;    // a zstd tar of the template's tree (unshifted owners) under
@@ -293,6 +295,16 @@ class Platform {
   // when it differs), unpacks it as the layer `record.digest` unless that layer is here
   // already, and records the template (kConflict when name:tag here is another build).
   [[nodiscard]] Status ImportTemplate(const store::TemplateRecord& record,
+                                      const std::string& archive_path, const std::string& sha256);
+  // The same for a ready filesystem snapshot (a full one, with memory, restores only where
+  // it was taken: kConflict). Import stores it under the same id.
+  struct SnapshotArchive {
+    store::SnapshotRecord record;
+    std::string path, sha256;
+    int64_t size = 0;
+  };
+  [[nodiscard]] Result<SnapshotArchive> ExportSnapshot(const std::string& id);
+  [[nodiscard]] Status ImportSnapshot(const store::SnapshotRecord& record,
                                       const std::string& archive_path, const std::string& sha256);
   // The full build log of a template build operation; kNotFound if there is none.
   [[nodiscard]] Result<std::string> TemplateBuildLog(const std::string& op_id);

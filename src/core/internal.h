@@ -133,7 +133,7 @@ struct Platform::Impl {
   // built-in, kUnavailable naming the operation just started (or running) to build it.
   Error MissingTemplate(const std::string& name, const std::string& tag);
   // A create's template, fetched through Config::fetch_template when this node lacks it
-  // (template_transfer.cc). Ok also when it is here, a built-in, or no node has it (the
+  // (transfer.cc). Ok also when it is here, a built-in, or no node has it (the
   // create then says what is missing).
   Status FetchMissingTemplate(const CreateSandboxRequest& req);
 

@@ -1,6 +1,6 @@
 // core/template_archive: template trees as zstd tarballs — the shared template cache's
 // entries (builtin_templates.cc) and the archives a cluster's nodes pull templates by
-// (template_transfer.cc). Pure filesystem work; thread-safe.
+// (transfer.cc). Pure filesystem work; thread-safe.
 #pragma once
 
 #include <cstdint>

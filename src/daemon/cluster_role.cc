@@ -85,6 +85,7 @@ void NodeRole::Hook(core::Config& config, std::string peer_key) {
   peer_key_ = std::move(peer_key);
   data_dir_ = config.data_dir;
   config.fetch_template = [this](const std::string& ref) { return FetchTemplate(ref); };
+  config.fetch_snapshot = [this](const std::string& id) { return FetchSnapshot(id); };
   for (const auto& l : flags_.node_labels) {
     auto eq = l.find('=');
     labels_[l.substr(0, eq)] = l.substr(eq + 1);
@@ -241,31 +242,86 @@ Status NodeRole::FetchTemplate(const std::string& ref) {
   }
   if (newest.empty()) return Fail(Errc::kNotFound, "no node of the cluster has template " + ref);
 
+  return Once("template:" + newest, [&]() -> Status {
+    Status st = Fail(Errc::kUnavailable, "template " + ref + ": no holder handed it over");
+    for (const Holder& h : by_digest[newest]) {
+      st = PullFrom(h.node, h.address, h.ref, newest);
+      if (st) break;
+      spdlog::warn("cluster: pulling template {} from {}: {}", h.ref, h.node, st.error().message);
+    }
+    return st;
+  });
+}
+
+Status NodeRole::Once(const std::string& key, const std::function<Status()>& fn) {
   std::promise<Status> mine;
-  std::shared_future<Status> pull;
-  bool puller = false;
+  std::shared_future<Status> theirs;
   {
     std::lock_guard l(pulls_mu_);
-    auto it = pulls_.find(newest);
-    if (it != pulls_.end()) {
-      pull = it->second;
-    } else {
-      pull = mine.get_future().share();
-      pulls_[newest] = pull;
-      puller = true;
-    }
+    auto it = pulls_.find(key);
+    if (it != pulls_.end()) theirs = it->second;
+    else pulls_[key] = mine.get_future().share();
   }
-  if (!puller) return pull.get();
-  Status st = Fail(Errc::kUnavailable, "template " + ref + ": no holder handed it over");
-  for (const Holder& h : by_digest[newest]) {
-    st = PullFrom(h.node, h.address, h.ref, newest);
-    if (st) break;
-    spdlog::warn("cluster: pulling template {} from {}: {}", h.ref, h.node, st.error().message);
-  }
+  if (theirs.valid()) return theirs.get();
+  Status st = fn();
   mine.set_value(st);
   std::lock_guard l(pulls_mu_);
-  pulls_.erase(newest);
+  pulls_.erase(key);
   return st;
+}
+
+// A snapshot this node lacks: the first live node that hands over its archive.
+Status NodeRole::FetchSnapshot(const std::string& id) {
+  if (!live_.load()) return Fail(Errc::kUnavailable, "this node has not joined its cluster yet");
+  if (id.empty() || id.find('/') != std::string::npos) return Fail(Errc::kNotFound, "unknown snapshot " + id);
+  auto nodes = store_->List(flags_.prefix + "nodes/");
+  if (!nodes) return tl::unexpected(nodes.error().Wrap("find snapshot " + id + " in the cluster"));
+  return Once("snapshot:" + id, [&]() -> Status {
+    Status last = Fail(Errc::kNotFound, "no node of the cluster has snapshot " + id);
+    for (const auto& kv : *nodes) {
+      auto rec = ParseJson(kv.value);
+      if (!rec || !rec->is_object() || JsonStringOr(*rec, "name", "") == flags_.node_name) continue;
+      const std::string node = JsonStringOr(*rec, "name", ""), address = JsonStringOr(*rec, "address", "");
+      const int64_t t0 = MonotonicNanos();
+      SPACE_TRY(sys::MkdirAll(data_dir_ + "/tmp", 0700));
+      const std::string path = data_dir_ + "/tmp/pull-" + NewId("s") + ".tar.zst";
+      struct Remove {
+        std::string path;
+        ~Remove() { (void)::unlink(path.c_str()); }
+      } remove{path};
+      auto got = cluster::FetchToFile("http://" + address + "/v1/snapshots/" + id + "/archive", peer_key_, path,
+                                      int64_t{256} << 30, 60 * 60 * 1000);
+      if (!got) {
+        last = tl::unexpected(got.error());
+        continue;
+      }
+      if (got->status == 404) continue;
+      if (got->status != 200) {
+        // 409: a full snapshot, which only its own node restores.
+        std::string why = got->error_body;
+        if (auto err = ParseJson(got->error_body); err && err->is_object())
+          if (const Json* e = JsonField(*err, "error")) why = JsonStringOr(*e, "message", why);
+        return Fail(got->status == 409 ? Errc::kConflict : Errc::kUnavailable, "node " + node + ": " + why);
+      }
+      auto meta = ParseJson(got->headers["x-space-snapshot"]);
+      const std::string sha = got->headers["x-space-archive-sha256"];
+      if (!meta || !meta->is_object() || sha.empty() || JsonStringOr(*meta, "id", "") != id)
+        return Fail(Errc::kInternal, "node " + node + " sent a snapshot archive without its record");
+      store::SnapshotRecord snap;
+      snap.id = id;
+      snap.sandbox_id = JsonStringOr(*meta, "sandbox_id", "");
+      snap.kind = JsonStringOr(*meta, "kind", "");
+      snap.state = "ready";
+      snap.size = JsonIntOr(*meta, "size", 0);
+      snap.created_ms = JsonIntOr(*meta, "created_ms", 0);
+      if (const Json* src = JsonField(*meta, "source"); src && src->is_object()) snap.source = *src;
+      SPACE_TRY(platform_->ImportSnapshot(snap, path, sha));
+      spdlog::info("cluster: snapshot {} shipped from {}: {} MiB in {} ms", id, node, got->size >> 20,
+                   (MonotonicNanos() - t0) / 1000000);
+      return Ok();
+    }
+    return last;
+  });
 }
 
 Status NodeRole::PullFrom(const std::string& node, const std::string& address, const std::string& ref,

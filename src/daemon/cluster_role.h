@@ -58,6 +58,10 @@ class NodeRole {
   Status FetchTemplate(const std::string& ref);
   Status PullFrom(const std::string& node, const std::string& address, const std::string& ref,
                   const std::string& digest);
+  // Config::fetch_snapshot: asks the live nodes in turn for the snapshot's archive.
+  Status FetchSnapshot(const std::string& id);
+  // `fn` once for `key` however many callers want it at once; they all get its Status.
+  Status Once(const std::string& key, const std::function<Status()>& fn);
   ClusterFlags flags_;
   core::Platform* platform_ = nullptr;
   std::unique_ptr<cluster::Store> store_;

@@ -2,8 +2,12 @@
 // a sandbox whose node is gone looks like (its durable record: unavailable, then lost).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "api/parse.h"
 #include "api/views.h"
+#include <algorithm>
+
 #include "gateway/internal.h"
 
 namespace space::gateway {
@@ -156,7 +160,8 @@ Awaitable<void> Gateway::Impl::Create(Ctx& ctx, Surface form) {
         j->erase("node_selector");  // the gateway's; nodes do not know it
         body = j->dump();
       }
-      // A restore runs where the snapshot is.
+      // A restore runs where the snapshot is if that node can take it; else elsewhere,
+      // where the node ships the snapshot in first (docs/cluster.md).
       if (std::string snap = JsonStringOr(*j, "snapshot", ""); !snap.empty()) {
         http::request<http::string_body> look = head;
         look.method(http::verb::get);
@@ -186,12 +191,18 @@ Awaitable<void> Gateway::Impl::Create(Ctx& ctx, Surface form) {
   if (want.memory_bytes <= 0) want.memory_bytes = 512ll << 20;
   if (want.cpu_millis <= 0) want.cpu_millis = 1000;
   std::vector<cluster::NodeLoad> loads;
-  for (const auto& [name, rec] : view->Nodes()) {
-    if (!only_node.empty() && name != only_node) continue;
-    loads.push_back(cluster::NodeLoad::FromRecord(name, rec));
-  }
+  for (const auto& [name, rec] : view->Nodes()) loads.push_back(cluster::NodeLoad::FromRecord(name, rec));
   std::string why;
   std::vector<std::string> candidates = placer.Candidates(loads, want, &why);
+  if (!only_node.empty()) {
+    // The snapshot's own node first, when it fits the request at all.
+    std::vector<cluster::NodeLoad> holder;
+    for (const auto& l : loads)
+      if (l.name == only_node) holder.push_back(l);
+    std::string unused;
+    candidates.erase(std::remove(candidates.begin(), candidates.end(), only_node), candidates.end());
+    if (!placer.Candidates(holder, want, &unused).empty()) candidates.insert(candidates.begin(), only_node);
+  }
   if (candidates.empty()) {
     std::string message = "no node can take this sandbox: " + (why.empty() ? std::string("no live node") : why);
     co_await ReplyFail(ctx, form, 503, message);

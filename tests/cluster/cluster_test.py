@@ -266,6 +266,31 @@ class ClusterTest(unittest.TestCase):
         for url, gone in ((n2, sid), (n3, sb3["sandbox"]["id"])):
             self.assertIn(http("DELETE", f"{url}/v1/sandboxes/{gone}")[0], (200, 202))
 
+    def test_01d_a_snapshot_restores_on_another_node_by_shipping(self):
+        """A filesystem snapshot taken on n1 restores on n2: n2 ships it in first."""
+        n1, n2 = C["nodes"]["n1"], C["nodes"]["n2"]
+        status, b = http("POST", n1 + "/v1/sandboxes?wait=60s", {}, timeout=90)
+        self.assertEqual(status, 201, b)
+        src = b["sandbox"]["id"]
+        req = urllib.request.Request(f"{n1}/v1/sandboxes/{src}/files?path=/data/shipped.txt", data=b"shipped-ok\n",
+                                     method="PUT", headers={"Authorization": "Bearer " + C["key"]})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            self.assertEqual(r.status, 200)
+        status, b = http("POST", f"{n1}/v1/sandboxes/{src}/snapshots?wait=60s", timeout=90)
+        self.assertEqual(status, 201, b)
+        snap = b["snapshot"]["id"]
+        status, b = http("POST", n2 + "/v1/sandboxes?wait=60s", {"snapshot": snap}, timeout=120)
+        self.assertEqual(status, 201, b)
+        restored = b["sandbox"]["id"]
+        status, body = http("GET", f"{n2}/v1/sandboxes/{restored}/files?path=/data/shipped.txt")
+        self.assertEqual((status, body), (200, "shipped-ok\n"))
+        status, b = http("GET", f"{n2}/v1/snapshots/{snap}")
+        self.assertEqual(status, 200, b)
+        for url, sid in ((n1, src), (n2, restored)):
+            self.assertIn(http("DELETE", f"{url}/v1/sandboxes/{sid}")[0], (200, 202))
+        for url in (n1, n2):
+            http("DELETE", f"{url}/v1/snapshots/{snap}")
+
     def test_02_spread_and_routing_from_both_gateways(self):
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             results = list(pool.map(lambda i: create(C["gateways"][i % 2]), range(9)))
