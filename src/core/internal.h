@@ -127,6 +127,13 @@ struct Platform::Impl {
   // built-in, kUnavailable naming the operation just started (or running) to build it.
   Error MissingTemplate(const std::string& name, const std::string& tag);
 
+  // Memory returned after deletes (issue 17): a sandbox's teardown frees many small blocks
+  // that glibc keeps in its arenas; ReapOnce hands them back to the kernel (malloc_trim)
+  // once deletes pause for a second, or every 10 s while they go on.
+  std::atomic<int64_t> last_delete_ms{0};  // 0: nothing freed since the last trim
+  int64_t last_trim_ms = 0;                // reaper thread only
+  void TrimAfterDeletes(int64_t now_ms);
+
   // Resource guards (guards.cc).
   std::atomic<bool> disk_low{false};      // the data dir's free space is below the reserve
   std::atomic<int64_t> disk_free{0};      // bytes free there at the last look
