@@ -221,14 +221,27 @@ void AgentSession::OnReady(char* scratch, size_t size) {
   // takes its turn with the others instead of holding the thread.
   Error why{Errc::kUnavailable, 0, "agent closed the connection"};
   bool alive = true;
-  ssize_t n = ::recv(fd_.get(), scratch, size, MSG_DONTWAIT);
+  // The rest of a frame whose header is in goes straight into the session's buffer (a
+  // 1 MiB output chunk seldom fits one read, and is then not copied again); anything
+  // else is read into the hub thread's scratch and handled there.
+  char* buf = scratch;
+  size_t cap = size;
+  const size_t need = decoder_.Needed();
+  const bool direct = need > 0 && decoder_.buffered() >= agent::kHeaderSize;
+  if (direct) {
+    buf = decoder_.Prepare(need);
+    cap = need;
+  }
+  ssize_t n = ::recv(fd_.get(), buf, cap, MSG_DONTWAIT);
   if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
     // spurious wake-up: nothing to do
   } else if (n <= 0) {
     if (n < 0) why = Error{Errc::kUnavailable, errno, std::string("agent read: ") + strerror(errno)};
     alive = false;
   } else {
-    alive = Consume(std::string_view(scratch, static_cast<size_t>(n)), &why);
+    if (direct) decoder_.Commit(static_cast<size_t>(n));
+    alive = Consume(direct ? std::string_view() : std::string_view(scratch, static_cast<size_t>(n)),
+                    &why);
     if (alive && !Closing()) {
       if (auto st = FlushAcks(); !st) {
         why = st.error();

@@ -186,6 +186,42 @@ TEST_F(AgentSessionTest, ManySessionsInOrderOnAFewThreads) {
   EXPECT_EQ(AgentHub::Get().connections(), before - kSessions);
 }
 
+TEST_F(AgentSessionTest, LargeFramesArriveWholeAndAreAcked) {
+  // 1 MiB chunks (the agent's largest) seldom fit one read: the rest of each is read into
+  // the session's own buffer.
+  std::mutex mu;
+  uint64_t size = 0;
+  int bad = 0;
+  AgentSession::Handlers h;
+  h.on_output = [&](uint32_t, store::OutputStream, uint64_t o, std::string_view b) -> Result<uint64_t> {
+    std::lock_guard l(mu);
+    if (o != size || b.size() != agent::kMaxDataChunk || b.front() != b.back()) ++bad;
+    size = o + b.size();
+    return size;
+  };
+  h.on_exit = [](uint32_t, const Json&) -> Status { return Ok(); };
+  auto c = Open(Path(0), std::move(h));
+  ASSERT_TRUE(c.session);
+  constexpr int kChunks = 24;
+  std::thread writer([&] {
+    for (int k = 0; k < kChunks; ++k) {
+      std::string wire;
+      agent::EncodeDataFrame(FrameType::kStdout, 1, uint64_t{k} * agent::kMaxDataChunk,
+                             std::string(agent::kMaxDataChunk, static_cast<char>('A' + k)), &wire);
+      (void)sys::WriteAll(c.peer->fd(), wire);
+    }
+  });
+  const uint64_t total = uint64_t{kChunks} * agent::kMaxDataChunk;
+  EXPECT_TRUE(c.peer->ReadUntil([&](const agent::Frame& f) {
+    auto a = agent::DecodeAck(f.payload);
+    return f.type == FrameType::kAck && a && a->offset == total;
+  }));
+  writer.join();
+  std::lock_guard l(mu);
+  EXPECT_EQ(size, total);
+  EXPECT_EQ(bad, 0);
+}
+
 TEST_F(AgentSessionTest, CloseFromInsideAHandlerStopsFurtherHandlers) {
   std::atomic<int> outputs{0}, disconnects{0};
   auto holder = std::make_shared<std::weak_ptr<AgentSession>>();

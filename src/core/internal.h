@@ -2,7 +2,7 @@
 //
 // Locking order (never take them the other way round):
 //   Impl::mu  ->  Sandbox::mu  ->  Sandbox::cmd_mu  ->  Command::mu
-// The agent reader thread takes only cmd_mu and Command::mu, so a thread holding
+// Agent handlers (on a hub thread, agent_hub.h) take only cmd_mu and Command::mu, so a thread holding
 // Sandbox::mu may block on an agent Call().
 #pragma once
 
@@ -64,7 +64,7 @@ struct Platform::Sandbox {
   std::map<std::string, std::shared_ptr<Command>> commands;     // live commands by id
 
   // Output quota (guards.cc). Set by InitGuards when the agent connects; read by the agent
-  // reader thread, hence atomics.
+  // session's hub thread, hence atomics.
   std::atomic<int64_t> output_quota{0};    // limits.output_bytes; 0 = unlimited
   std::atomic<int64_t> output_stored{0};   // bytes in the sandbox's output logs
   std::atomic<bool> output_held{false};    // some command's output is held
