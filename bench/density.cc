@@ -41,7 +41,7 @@ int64_t ProcKb(const std::string& file, const std::string& key) {
 }
 
 struct Sample {
-  int64_t rss = -1, avail = -1;
+  int64_t rss = -1, anon = -1, avail = -1;
   size_t threads = 0, fds = 0;
 };
 
@@ -50,6 +50,7 @@ Sample Measure(const std::string& pid) {
   s.avail = ProcKb("/proc/meminfo", "MemAvailable");
   if (!pid.empty()) {
     s.rss = ProcKb("/proc/" + pid + "/status", "VmRSS");
+    s.anon = ProcKb("/proc/" + pid + "/status", "RssAnon");
     s.threads = sys::CountDirEntries("/proc/" + pid + "/task");
     s.fds = sys::CountDirEntries("/proc/" + pid + "/fd");
   }
@@ -109,13 +110,15 @@ int main(int argc, char** argv) {
   opts.retry_busy_for = std::chrono::milliseconds{600000};
   client::Client c(url, key, opts);
   const Json body = {{"timeout", 0}};
-  // Warm-up: the first sandbox makes the template's layer, namespaces, pools.
+  // Warm-up: the first sandbox makes the template's layer, namespaces, pools, and its
+  // command brings in the code that serves one.
   {
     auto sb = c.CreateSandboxAndWait(body, 120s);
     if (!sb) {
       std::fprintf(stderr, "warm-up create: %s\n", sb.error().message.c_str());
       return 1;
     }
+    (void)c.Run((*sb)["id"].get<std::string>(), Json{{"cmd", "echo warm"}});
     (void)c.DeleteSandboxAndWait((*sb)["id"].get<std::string>(), 60s);
   }
   std::this_thread::sleep_for(std::chrono::seconds(settle_s));
@@ -193,6 +196,8 @@ int main(int argc, char** argv) {
   std::printf("|---|---|---|---|---|\n");
   std::printf("| spaced RSS | %s | %s | %s | %s |\n", MiB(idle.rss).c_str(), MiB(full.rss).c_str(),
               MiB(after_run.rss).c_str(), MiB(gone.rss).c_str());
+  std::printf("| of it anonymous | %s | %s | %s | %s |\n", MiB(idle.anon).c_str(),
+              MiB(full.anon).c_str(), MiB(after_run.anon).c_str(), MiB(gone.anon).c_str());
   std::printf("| spaced threads | %zu | %zu | %zu | %zu |\n", idle.threads, full.threads,
               after_run.threads, gone.threads);
   std::printf("| spaced fds | %zu | %zu | %zu | %zu |\n", idle.fds, full.fds, after_run.fds,
