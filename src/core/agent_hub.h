@@ -28,7 +28,11 @@ class AgentHub {
     // The connection calls Rearm to hear about its fd again, or Remove.
     virtual void OnReady(char* scratch, size_t size) = 0;
   };
-  static constexpr size_t kScratchSize = (1u << 20) + 64;
+  // Small: a frame larger than what is left of a read goes on into the session's own
+  // buffer (AgentSession reads its rest there directly), so a big scratch would only
+  // hold resident pages once a large read had touched them (4 hub threads x 1 MiB was
+  // most of what spaced kept after deletes, issue 17).
+  static constexpr size_t kScratchSize = 64u << 10;
 
   // The process's hub (threads: max(4, 2 x cores), at most 16).
   static AgentHub& Get();
