@@ -211,7 +211,7 @@ Awaitable<bool> Authorize(Ctx& ctx) {
         co_await Deny(ctx, 401, "console session expired or unknown: log in again");
         co_return false;
       }
-      auto key = p->FindApiKey(session->key);
+      auto key = p->FindApiKeyByHash(session->key_hash);
       if (!key) {
         ctx.sessions->Remove(session->id);
         co_await Deny(ctx, 401, "the API key of this console session was revoked: log in again");

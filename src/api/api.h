@@ -18,6 +18,8 @@
 
 namespace space::api {
 
+class SessionBacking;  // api/console_sessions.h
+
 struct ServerOptions {
   std::string address = "127.0.0.1";
   uint16_t port = 7070;             // 0 = pick a free port
@@ -38,6 +40,9 @@ struct ServerOptions {
   // bytes), as the daemon loaded them at start; empty = no console (/ui/ says so).
   std::map<std::string, std::string> console_assets;
   bool console_secure_cookies = false;  // cookies marked Secure (spaced behind a TLS proxy)
+  // Where console sessions live besides this server's memory: a cluster's shared state,
+  // so any node honours a login made through another (api/console_sessions.h).
+  std::shared_ptr<SessionBacking> console_session_backing;
   // GET /readyz: "" when ready to take sandboxes, else why not (a cluster node that has
   // not joined or is cut off from etcd; docs/cluster.md). Unset: always ready.
   std::function<std::string()> not_ready;

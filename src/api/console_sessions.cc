@@ -7,20 +7,26 @@
 
 namespace space::api {
 
-ConsoleSessions::ConsoleSessions(int64_t idle_s, int64_t max_age_s, size_t max_sessions)
-    : idle_s_(idle_s), max_age_s_(max_age_s), max_(std::max<size_t>(1, max_sessions)) {}
+ConsoleSessions::ConsoleSessions(int64_t idle_s, int64_t max_age_s, size_t max_sessions,
+                                 std::shared_ptr<SessionBacking> backing)
+    : idle_s_(idle_s), max_age_s_(max_age_s), max_(std::max<size_t>(1, max_sessions)),
+      backing_(std::move(backing)) {}
 
 bool ConsoleSessions::Expired(const ConsoleSession& s, int64_t now_s) const {
   return now_s - s.last_used_s >= idle_s_ || now_s - s.created_s >= max_age_s_;
 }
 
-ConsoleSession ConsoleSessions::Create(std::string key, std::string key_name, int64_t now_s) {
+Result<ConsoleSession> ConsoleSessions::Create(std::string key_hash, std::string key_name, int64_t now_s) {
   ConsoleSession s;
   s.id = auth::NewSecret(32);
   s.csrf = auth::NewSecret(32);
-  s.key = std::move(key);
+  s.key_hash = std::move(key_hash);
   s.key_name = std::move(key_name);
   s.created_s = s.last_used_s = now_s;
+  if (backing_) {
+    SPACE_TRY_WRAP(backing_->Put(s, idle_s_), "console session");
+    return s;
+  }
   std::lock_guard lock(mu_);
   for (auto it = by_id_.begin(); it != by_id_.end();) {
     it = Expired(it->second, now_s) ? by_id_.erase(it) : std::next(it);
@@ -36,6 +42,16 @@ ConsoleSession ConsoleSessions::Create(std::string key, std::string key_name, in
 }
 
 std::optional<ConsoleSession> ConsoleSessions::Find(std::string_view id, int64_t now_s) {
+  if (backing_) {
+    auto got = backing_->Get(id);
+    if (!got || !*got) return std::nullopt;
+    if (now_s - (*got)->created_s >= max_age_s_) {
+      backing_->Remove(id);
+      return std::nullopt;
+    }
+    backing_->Touch(**got, now_s);
+    return std::move(*got);
+  }
   std::lock_guard lock(mu_);
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return std::nullopt;
@@ -48,6 +64,10 @@ std::optional<ConsoleSession> ConsoleSessions::Find(std::string_view id, int64_t
 }
 
 void ConsoleSessions::Remove(std::string_view id) {
+  if (backing_) {
+    backing_->Remove(id);
+    return;
+  }
   std::lock_guard lock(mu_);
   auto it = by_id_.find(id);
   if (it != by_id_.end()) by_id_.erase(it);

@@ -8,15 +8,15 @@ namespace {
 
 TEST(ConsoleSessionsTest, CreateFindRemove) {
   ConsoleSessions s(/*idle_s=*/100, /*max_age_s=*/1000);
-  ConsoleSession a = s.Create("sk-a", "admin", 10);
+  ConsoleSession a = s.Create("sk-a", "admin", 10).value();
   EXPECT_EQ(a.id.size(), 64u);
   EXPECT_EQ(a.csrf.size(), 64u);
   EXPECT_NE(a.id, a.csrf);
-  ConsoleSession b = s.Create("sk-b", "other", 10);
+  ConsoleSession b = s.Create("sk-b", "other", 10).value();
   EXPECT_NE(a.id, b.id);
   auto found = s.Find(a.id, 50);
   ASSERT_TRUE(found);
-  EXPECT_EQ(found->key, "sk-a");
+  EXPECT_EQ(found->key_hash, "sk-a");
   EXPECT_EQ(found->key_name, "admin");
   EXPECT_EQ(found->csrf, a.csrf);
   EXPECT_FALSE(s.Find("nope", 50));
@@ -28,22 +28,22 @@ TEST(ConsoleSessionsTest, CreateFindRemove) {
 
 TEST(ConsoleSessionsTest, IdleAndMaxAgeEndSessions) {
   ConsoleSessions s(/*idle_s=*/100, /*max_age_s=*/250);
-  ConsoleSession a = s.Create("sk-a", "admin", 0);
+  ConsoleSession a = s.Create("sk-a", "admin", 0).value();
   // Each use keeps it alive for another idle period...
   EXPECT_TRUE(s.Find(a.id, 90));
   EXPECT_TRUE(s.Find(a.id, 180));
   // ...but never past its maximum age.
   EXPECT_FALSE(s.Find(a.id, 250));
-  ConsoleSession b = s.Create("sk-b", "admin", 0);
+  ConsoleSession b = s.Create("sk-b", "admin", 0).value();
   EXPECT_FALSE(s.Find(b.id, 100));  // idle for the whole period
 }
 
 TEST(ConsoleSessionsTest, BoundedDropsLeastRecentlyUsed) {
   ConsoleSessions s(1000, 10000, /*max_sessions=*/2);
-  ConsoleSession a = s.Create("k", "n", 1);
-  ConsoleSession b = s.Create("k", "n", 2);
+  ConsoleSession a = s.Create("k", "n", 1).value();
+  ConsoleSession b = s.Create("k", "n", 2).value();
   EXPECT_TRUE(s.Find(a.id, 3));  // a is now the more recent
-  ConsoleSession c = s.Create("k", "n", 4);
+  ConsoleSession c = s.Create("k", "n", 4).value();
   EXPECT_EQ(s.size(), 2u);
   EXPECT_TRUE(s.Find(a.id, 5));
   EXPECT_FALSE(s.Find(b.id, 5));

@@ -64,7 +64,13 @@ struct Ctx {
   HttpMetrics* http_metrics = nullptr;  // the server's counters
   ConsoleSessions* sessions = nullptr;  // the web console's logins
 
-  const http::request<http::empty_body>& req() const { return parser->get(); }
+  const http::request<http::empty_body>& req() const { return header ? *header : parser->get(); }
+  // Reading the body moves the parser (and the header it holds): a copy of the header
+  // is kept first, so req() and Header() still answer afterwards.
+  void KeepHeader() {
+    if (!header) header.emplace(parser->get());
+  }
+  std::optional<http::request<http::empty_body>> header;
   std::string Query(const std::string& key, const std::string& def = "") const;
   std::vector<std::string> QueryAll(const std::string& key) const;
   std::string Header(http::field f) const;

@@ -191,6 +191,7 @@ Awaitable<void> Relay(Ctx& ctx, beast::tcp_stream& up, const std::string& target
   const bool head = ctx.method == "HEAD";
   const unsigned version = ctx.req().version();
   ctx.body_consumed = true;
+  ctx.KeepHeader();
   http::request_parser<http::buffer_body> rp(std::move(*ctx.parser));
   RewriteRequest(ctx, rp.get(), target, policy);
   const bool upgrade_asked = rp.get().find(http::field::upgrade) != rp.get().end();

@@ -7,10 +7,12 @@ namespace space::api {
 namespace {
 
 Json KeyJson(const store::ApiKeyRecord& k) {
-  return {{"id", k.id},
-          {"name", k.name},
-          {"hint", k.hint},
-          {"created_at", FormatRfc3339(k.created_ms)}};
+  Json j = {{"id", k.id},
+            {"name", k.name},
+            {"hint", k.hint},
+            {"created_at", FormatRfc3339(k.created_ms)}};
+  if (!k.scope.empty()) j["scope"] = k.scope;  // a cluster's node: "node" or "cluster"
+  return j;
 }
 
 Json TokenJson(const std::string& token, const auth::Claims& c) {

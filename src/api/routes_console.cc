@@ -126,7 +126,12 @@ Awaitable<bool> RouteConsole(Ctx& ctx) {
       }
       co_return true;
     }
-    ConsoleSession session = sessions->Create(*key, rec->name, now);
+    auto made = sessions->Create(rec->hash, rec->name, now);
+    if (!made) {
+      co_await ctx.ReplyError(made.error());
+      co_return true;
+    }
+    ConsoleSession session = std::move(*made);
     std::vector<std::pair<std::string, std::string>> headers = {
         {"Set-Cookie", SessionCookie(*ctx.opts, kSessionCookie, session.id, sessions->max_age_s(), true)}};
     headers.emplace_back("Set-Cookie", SessionCookie(*ctx.opts, kCsrfCookie, session.csrf, sessions->max_age_s(), false));
@@ -176,7 +181,7 @@ Awaitable<bool> RouteConsole(Ctx& ctx) {
     }
     auto id = CookieValue(ctx.Header(http::field::cookie), kSessionCookie);
     auto session = id ? sessions->Find(*id, now) : std::nullopt;
-    if (session && !p->FindApiKey(session->key)) {
+    if (session && !p->FindApiKeyByHash(session->key_hash)) {
       sessions->Remove(session->id);
       session.reset();
     }

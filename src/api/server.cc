@@ -40,6 +40,7 @@ Awaitable<Result<std::string>> Ctx::ReadBody(size_t limit) {
     keep_alive = false;
     co_return Fail(Errc::kTooLarge, "request body larger than " + std::to_string(limit) + " bytes");
   }
+  KeepHeader();
   http::request_parser<http::string_body> p(std::move(*parser));
   p.body_limit(limit);
   beast::error_code ec;
@@ -59,6 +60,7 @@ Awaitable<Status> Ctx::ReadBodyStream(
     keep_alive = false;
     co_return Fail(Errc::kTooLarge, "request body larger than " + std::to_string(limit) + " bytes");
   }
+  KeepHeader();
   http::request_parser<http::buffer_body> p(std::move(*parser));
   p.body_limit(limit);
   std::vector<char> chunk(1 << 20);
@@ -242,7 +244,9 @@ struct Server::Impl {
   bool stopped = false;
 
   Impl(core::Platform* p, ServerOptions o)
-      : platform(p), opts(std::move(o)), pool(opts.blocking_threads), acceptor(ioc) {}
+      : platform(p), opts(std::move(o)),
+        sessions(8 * 3600, 7 * 24 * 3600, 4096, opts.console_session_backing),
+        pool(opts.blocking_threads), acceptor(ioc) {}
 
   Awaitable<void> Accept();
   Awaitable<void> Serve(tcp::socket socket);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -89,6 +90,16 @@ class EtcdCluster {
   std::vector<int> clients_, peers_;
   std::vector<std::unique_ptr<sys::ChildProcess>> members_;
 };
+
+// Polls `pred` until it holds or `t` has passed; its last answer.
+inline bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds t = 10s) {
+  auto end = std::chrono::steady_clock::now() + t;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return pred();
+}
 
 // Each test starts its own members; st() is a Store on them.
 class EtcdTest : public ::testing::Test {

@@ -78,14 +78,7 @@ NodeOptions Node(const std::string& name, std::vector<std::string> owned = {}) {
   return o;
 }
 
-bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds t = 10s) {
-  auto end = std::chrono::steady_clock::now() + t;
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return pred();
-}
+using testing::Eventually;
 
 TEST_F(MembershipTest, NodesAppearInTheViewAndRoutesAreExclusive) {
   Start(1);

@@ -51,16 +51,32 @@ Result<Platform::CreatedApiKey> Platform::CreateApiKey(const std::string& name, 
   out.record.hash = auth::HashApiKey(out.key);
   out.record.hint = auth::KeyHint(out.key);
   out.record.created_ms = NowUnixMillis();
+  if (const auto& shared = config_.shared_keys) {
+    SPACE_TRY(shared->Add(out.record));
+    out.record.scope = "cluster";
+    return out;
+  }
   SPACE_TRY(impl_->store->PutApiKey(out.record));
   impl_->keys_by_hash[out.record.hash] = out.record;
   return out;
 }
 
 Result<std::vector<store::ApiKeyRecord>> Platform::ListApiKeys() {
-  std::lock_guard lock(impl_->keys_mu);
-  SPACE_TRY(impl_->LoadKeysLocked());
   std::vector<store::ApiKeyRecord> out;
-  for (const auto& [h, k] : impl_->keys_by_hash) out.push_back(k);
+  {
+    std::lock_guard lock(impl_->keys_mu);
+    SPACE_TRY(impl_->LoadKeysLocked());
+    for (const auto& [h, k] : impl_->keys_by_hash) out.push_back(k);
+  }
+  if (const auto& shared = config_.shared_keys) {
+    for (auto& k : out) k.scope = "node";
+    auto theirs = shared->List();
+    if (!theirs) return tl::unexpected(theirs.error());
+    for (auto& k : *theirs) {
+      k.scope = "cluster";
+      out.push_back(std::move(k));
+    }
+  }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
     return a.created_ms != b.created_ms ? a.created_ms < b.created_ms : a.id < b.id;
   });
@@ -74,6 +90,22 @@ Result<store::ApiKeyRecord> Platform::DeleteApiKey(const std::string& id_or_name
                          [&](const auto& e) {
                            return e.second.id == id_or_name || e.second.name == id_or_name;
                          });
+  if (const auto& shared = config_.shared_keys) {
+    if (it != impl_->keys_by_hash.end()) {
+      return Fail(Errc::kConflict, "API key " + it->second.name +
+                                       " is this node's own (its --api-key-file), which every node "
+                                       "of the cluster has: change that file on each node instead");
+    }
+    auto theirs = shared->List();
+    if (!theirs) return tl::unexpected(theirs.error());
+    for (auto& k : *theirs) {
+      if (k.id != id_or_name && k.name != id_or_name) continue;
+      SPACE_TRY(shared->Remove(k));
+      k.scope = "cluster";
+      return k;
+    }
+    return Fail(Errc::kNotFound, "no API key " + id_or_name);
+  }
   if (it == impl_->keys_by_hash.end()) return Fail(Errc::kNotFound, "no API key " + id_or_name);
   if (impl_->keys_by_hash.size() == 1) {
     return Fail(Errc::kConflict, "API key " + it->second.name +
@@ -117,12 +149,21 @@ Status Platform::ImportApiKey(const std::string& name, const std::string& key) {
 }
 
 std::optional<store::ApiKeyRecord> Platform::FindApiKey(std::string_view key) {
-  std::string hash = auth::HashApiKey(key);
-  std::lock_guard lock(impl_->keys_mu);
-  if (!impl_->LoadKeysLocked()) return std::nullopt;
-  auto it = impl_->keys_by_hash.find(hash);
-  if (it == impl_->keys_by_hash.end()) return std::nullopt;
-  return it->second;
+  return FindApiKeyByHash(auth::HashApiKey(key));
+}
+
+std::optional<store::ApiKeyRecord> Platform::FindApiKeyByHash(const std::string& hash) {
+  {
+    std::lock_guard lock(impl_->keys_mu);
+    if (!impl_->LoadKeysLocked()) return std::nullopt;
+    auto it = impl_->keys_by_hash.find(hash);
+    if (it != impl_->keys_by_hash.end()) return it->second;
+  }
+  if (const auto& shared = config_.shared_keys) {
+    auto found = shared->FindByHash(hash);
+    if (found && *found) return **found;
+  }
+  return std::nullopt;
 }
 
 }  // namespace space::core

@@ -33,6 +33,19 @@ namespace space::core {
 // Largest piece of a file moved in one agent round trip (ReadFileChunk/WriteFileChunk).
 inline constexpr size_t kFileChunkBytes = 2u << 20;
 
+// Operator keys a cluster's nodes share (docs/cluster.md), given by spaced --role node:
+// keys made on a node are the cluster's, valid on every node; the keys of the node's own
+// store (its --api-key-file) stay its own. Thread-safe. Errors: kUnavailable when the
+// shared state is out of reach, kConflict for a name taken.
+class SharedKeys {
+ public:
+  virtual ~SharedKeys() = default;
+  [[nodiscard]] virtual Status Add(const store::ApiKeyRecord& rec) = 0;
+  [[nodiscard]] virtual Result<std::vector<store::ApiKeyRecord>> List() = 0;
+  [[nodiscard]] virtual Result<std::optional<store::ApiKeyRecord>> FindByHash(const std::string& hash) = 0;
+  [[nodiscard]] virtual Status Remove(const store::ApiKeyRecord& rec) = 0;
+};
+
 struct Config {
   std::string data_dir;                      // absolute
   std::string default_runtime = "oci";
@@ -74,6 +87,8 @@ struct Config {
   // another node). sandbox_gone runs once a sandbox's record is removed.
   std::function<Status(const store::SandboxRecord&)> admit_sandbox;
   std::function<void(const std::string& id)> sandbox_gone;
+  // The cluster's shared operator keys (unset: every key is this node's own).
+  std::shared_ptr<SharedKeys> shared_keys;
 };
 
 // Keys for Watch(): "op:<id>", "cmd:<sandbox>:<command>", "sb:<id>".
@@ -338,7 +353,10 @@ class Platform {
 
   // Operator API keys (access.cc). The platform keeps every key's hash in memory as well
   // as in the store, so FindApiKey never waits on the database. Keys are shown once:
-  // CreateApiKey returns the key itself, nothing else ever does.
+  // CreateApiKey returns the key itself, nothing else ever does. On a cluster's node
+  // (Config::shared_keys), keys made here are the cluster's, listed beside the node's own
+  // (scope "cluster" and "node"), and a node's own key cannot be deleted through the API
+  // (every node has it: its --api-key-file is changed on each node).
   struct CreatedApiKey {
     store::ApiKeyRecord record;
     std::string key;
@@ -357,6 +375,8 @@ class Platform {
   // The key record whose hash matches `key`; nullopt if none. Thread-safe, never blocks on
   // the store (after the first call, which loads the keys).
   std::optional<store::ApiKeyRecord> FindApiKey(std::string_view key);
+  // The same by the key's hash (auth::HashApiKey): what a console session remembers.
+  std::optional<store::ApiKeyRecord> FindApiKeyByHash(const std::string& hash);
 
   // Implementation types (defined in core's .cc files).
   struct Sandbox;

@@ -26,6 +26,12 @@ namespace space::core {
 // A started, unclaimed warm-pool sandbox (hidden from users).
 bool IsPoolMember(const store::SandboxRecord& rec);
 
+// "sha256:<hex>" -> "<hex>" (what storage names layers by).
+inline std::string DigestHex(const std::string& digest) {
+  return StartsWith(digest, "sha256:") ? digest.substr(7) : digest;
+}
+// A sandbox's limits from the "limits" of its spec.
+runtime::Limits LimitsFromJson(const Json& j);
 // The runtime spec of a sandbox's instance, from its record and root filesystem.
 runtime::InstanceSpec InstanceSpecFor(const store::SandboxRecord& rec, const std::string& rootfs);
 

@@ -71,6 +71,9 @@ Status ValidateClusterFlags(ClusterFlags& f, const std::string& listen) {
 NodeRole::~NodeRole() {
   stop_ = true;
   if (joiner_.joinable()) joiner_.join();
+  keys_->Attach(nullptr);
+  sessions_->Attach(nullptr);
+  access_.reset();
   live_ = nullptr;
   agent_.reset();  // leaves at once: its routes go, its sandboxes keep running
 }
@@ -92,6 +95,7 @@ void NodeRole::Hook(core::Config& config) {
   config.sandbox_gone = [this](const std::string& id) {
     if (cluster::NodeAgent* a = live_.load()) a->Gone(id);
   };
+  config.shared_keys = keys_;
 }
 
 // What placement reads (cluster/placement.h), in terms of what is committed rather than
@@ -181,6 +185,7 @@ Status NodeRole::StartJoining(core::Platform* platform) {
         live_ = agent_.get();
         spdlog::info("cluster: node {} joined (etcd {}, advertising {})", flags_.node_name,
                      flags_.etcd.front(), flags_.advertise);
+        OpenAccess();
         return;
       }
       if (attempt % 10 == 0) spdlog::warn("cluster: node {} cannot join yet: {}", flags_.node_name, agent.error().message);
@@ -188,6 +193,21 @@ Status NodeRole::StartJoining(core::Platform* platform) {
     }
   });
   return Ok();
+}
+
+// The cluster's keys and console sessions, once etcd answers.
+void NodeRole::OpenAccess() {
+  for (int attempt = 0; !stop_; ++attempt) {
+    auto d = cluster::Directory::Open(*store_, flags_.prefix + "access/");
+    if (d) {
+      access_ = std::move(*d);
+      keys_->Attach(access_.get());
+      sessions_->Attach(access_.get());
+      return;
+    }
+    if (attempt % 10 == 0) spdlog::warn("cluster: the cluster's keys are out of reach yet: {}", d.error().message);
+    for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 }
 
 int RunGateway(const ClusterFlags& flags, const std::string& address, int port,

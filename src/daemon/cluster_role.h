@@ -9,9 +9,11 @@
 #include <thread>
 #include <vector>
 
+#include "cluster/directory.h"
 #include "cluster/node.h"
 #include "cluster/store.h"
 #include "core/core.h"
+#include "daemon/cluster_access.h"
 
 namespace space::daemon {
 
@@ -42,13 +44,19 @@ class NodeRole {
   [[nodiscard]] Status StartJoining(core::Platform* platform);
   // GET /readyz: "" once joined and not cut off, else why not.
   std::string NotReady() const;
+  // The console sessions every node shares (for api::ServerOptions).
+  std::shared_ptr<api::SessionBacking> sessions() const { return sessions_; }
 
  private:
   Json Describe();
+  void OpenAccess();
   ClusterFlags flags_;
   core::Platform* platform_ = nullptr;
   std::unique_ptr<cluster::Store> store_;
   std::unique_ptr<cluster::NodeAgent> agent_;
+  std::unique_ptr<cluster::Directory> access_;  // PREFIX/access/: keys and sessions
+  std::shared_ptr<ClusterKeys> keys_ = std::make_shared<ClusterKeys>();
+  std::shared_ptr<ClusterSessions> sessions_ = std::make_shared<ClusterSessions>();
   std::atomic<cluster::NodeAgent*> live_{nullptr};
   std::atomic<int64_t> load_seq_{0};
   std::map<std::string, std::string> labels_;

@@ -475,7 +475,10 @@ int main(int argc, char** argv) {
   sopts.mcp_allowed_origins = mcp_origins;
   sopts.console_assets = LoadConsoleAssets(sys::SelfExeDir() + "/../share/space/console");
   sopts.console_secure_cookies = behind_tls_proxy;
-  if (node_role) sopts.not_ready = [role = node_role.get()] { return role->NotReady(); };
+  if (node_role) {
+    sopts.not_ready = [role = node_role.get()] { return role->NotReady(); };
+    sopts.console_session_backing = node_role->sessions();
+  }
   auto server = api::Server::Start(platform->get(), sopts);
   if (!server) return Fatal("listen", server.error());
   std::string host = address.find(':') != std::string::npos ? "[" + address + "]" : address;

@@ -247,12 +247,6 @@ Awaitable<void> Gateway::Impl::Dispatch(Ctx& ctx) {
     co_return;
   }
   const Surface form = StartsWithPath(ctx.path, "/v1/") || StartsWithPath(ctx.path, "/ui") ? Surface::kV1 : Surface::kE2b;
-  if (s.size() >= 2 && s[0] == "v1" && s[1] == "keys" && ctx.method != "GET") {
-    co_await ReplyFail(ctx, form, 501,
-                       "API keys are per node in this version: a cluster's nodes share the operator key "
-                       "(--api-key-file); create keys on a node (docs/cluster.md)");
-    co_return;
-  }
   // Lookups by an id only one node knows.
   if (ctx.method == "GET" && s.size() == 3 && s[0] == "v1" &&
       (s[1] == "operations" || s[1] == "snapshots" || s[1] == "volumes")) {

@@ -93,6 +93,7 @@ struct ApiKeyRecord {
   std::string hash;              // auth::HashApiKey(key), unique
   std::string hint;              // the key's first characters, for listings
   int64_t created_ms = 0;
+  std::string scope;             // not stored: "" on a single machine, else "node"/"cluster"
 };
 
 // A named volume (docs/volumes.md): an ext4 image of size_bytes under DATA/volumes/<id>/.

@@ -175,6 +175,65 @@ class ClusterTest(unittest.TestCase):
         status, b = http("GET", C["url"] + "/v1/sandboxes", headers={"Authorization": "Bearer sk-wrong"})
         self.assertEqual(status, 401, b)
 
+    def test_01b_keys_and_console_sessions_are_the_clusters(self):
+        """A key made through a gateway works on every node at once; a console login holds
+        on every node; logout and revocation reach every node."""
+        g1, g2 = C["gateways"]
+        nodes = list(C["nodes"].values())
+        status, made = http("POST", g1 + "/v1/keys", {"name": "ci-shared"})
+        self.assertIn(status, (200, 201), made)
+        key = made["key"]
+        self.assertEqual(made.get("scope"), "cluster", made)
+        for url in nodes:  # at once: a node that has not heard of it yet asks etcd
+            status, b = http("GET", url + "/v1/sandboxes", headers={"Authorization": "Bearer " + key})
+            self.assertEqual(status, 200, (url, b))
+        status, keys = http("GET", g2 + "/v1/keys")
+        self.assertEqual(status, 200, keys)
+        scopes = {k["name"]: k.get("scope") for k in keys["keys"]}
+        self.assertEqual(scopes.get("ci-shared"), "cluster", keys)
+        self.assertIn("node", scopes.values(), keys)
+        status, b = http("POST", g2 + "/v1/keys", {"name": "ci-shared"})
+        self.assertEqual(status, 409, b)
+        own = [k for k in keys["keys"] if k.get("scope") == "node"][0]
+        status, b = http("DELETE", g1 + "/v1/keys/" + own["id"])
+        self.assertEqual(status, 409, b)
+
+        def login(url):
+            req = urllib.request.Request(url + "/ui/login", data=json.dumps({"api-key": key}).encode(),
+                                         method="POST", headers={"Content-Type": "application/json",
+                                                                 "Accept": "application/json"})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                cookies = [v.split(";")[0] for k, v in r.headers.items() if k.lower() == "set-cookie"]
+                return "; ".join(cookies), json.loads(r.read())["csrf"]
+
+        def session(url, cookie):
+            return http("GET", url + "/ui/session", headers={"Cookie": cookie, "Accept": "application/json"},
+                        key=False)[0]
+
+        cookie, csrf = login(g1)
+        for url in nodes:
+            self.assertEqual(session(url, cookie), 200, url)
+            # A change with the session: allowed with its CSRF token (404: no such key), on any node.
+            status, b = http("DELETE", url + "/v1/keys/no-such-key", key=False,
+                             headers={"Cookie": cookie, "X-CSRF-Token": csrf})
+            self.assertEqual(status, 404, (url, b))
+            status, b = http("DELETE", url + "/v1/keys/no-such-key", key=False, headers={"Cookie": cookie})
+            self.assertEqual(status, 403, (url, b))
+        status, b = http("POST", nodes[1] + "/ui/logout", key=False,
+                         headers={"Cookie": cookie, "X-CSRF-Token": csrf, "Accept": "application/json"})
+        self.assertEqual(status, 200, b)
+        wait_until(lambda: all(session(u, cookie) == 401 for u in nodes), 5, "the logout on every node")
+
+        cookie2, _ = login(g2)
+        self.assertEqual(session(nodes[2], cookie2), 200)
+        status, b = http("DELETE", g1 + "/v1/keys/ci-shared")
+        self.assertEqual(status, 200, b)
+
+        def refused_everywhere():
+            return all(http("GET", u + "/v1/sandboxes", headers={"Authorization": "Bearer " + key})[0] == 401
+                       and session(u, cookie2) == 401 for u in nodes)
+        wait_until(refused_everywhere, 5, "the revoked key refused on every node")
+
     def test_02_spread_and_routing_from_both_gateways(self):
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             results = list(pool.map(lambda i: create(C["gateways"][i % 2]), range(9)))

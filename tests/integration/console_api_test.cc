@@ -89,6 +89,12 @@ TEST_F(ConsoleApiTest, LoginRefusesWrongKeysAndForeignOrigins) {
   r = Send("POST", "/ui/login", R"({"api-key":"sk-wrong"})", {{"Content-Type", "application/json"}, {"Accept", "application/json"}});
   EXPECT_EQ(r.status, 401) << r.body;
   EXPECT_TRUE(r.cookies.empty());
+  // The same JSON with the right key logs in (its Content-Type read before its body).
+  r = Send("POST", "/ui/login", R"({"api-key":")" + daemon_->api_key() + R"("})",
+           {{"Content-Type", "application/json"}, {"Accept", "application/json"}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.cookies.size(), 2u);
+  EXPECT_NE(r.body.find("\"csrf\""), std::string::npos) << r.body;
   r = Send("POST", "/ui/login", "", {{"Content-Type", "application/x-www-form-urlencoded"}});
   EXPECT_EQ(r.status, 303);
   EXPECT_TRUE(r.cookies.empty());

@@ -1,0 +1,377 @@
+// Sandbox creation: a request checked and turned into a sandbox record, then its instance
+// brought up (root filesystem, runtime, agent) on a worker.
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "core/internal.h"
+#include "core/templates.h"
+#include "sys/sys.h"
+
+namespace space::core {
+
+namespace {
+
+Json LimitsJson(const runtime::Limits& l, int64_t output_bytes) {
+  return {{"memory_bytes", l.memory_bytes}, {"pids", l.pids}, {"cpus", l.cpus},
+          {"disk_bytes", l.disk_bytes}, {"nofile", l.nofile}, {"output_bytes", output_bytes}};
+}
+
+Status ValidateEnvKey(const std::string& k) {
+  if (k.empty() || k.size() > 1024 || k.find('=') != std::string::npos ||
+      k.find('\0') != std::string::npos)
+    return Fail(Errc::kInvalidArgument, "invalid environment variable name \"" + k + "\"");
+  return Ok();
+}
+
+// A sandbox id a caller picks (a cluster gateway does) has the shape of the ones made
+// here, "sb-" and 16 of [a-z0-9]: ids name cgroups, paths and hosts.
+Status ValidateSandboxId(const std::string& id) {
+  bool ok = id.size() == 19 && id.rfind("sb-", 0) == 0;
+  for (size_t i = 3; ok && i < id.size(); ++i)
+    ok = (id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9');
+  if (!ok) return Fail(Errc::kInvalidArgument, "a sandbox id is sb- and 16 of [a-z0-9], not \"" + id + "\"");
+  return Ok();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
+    const CreateSandboxRequest& req, std::string* source_digest, std::string* source_snapshot) {
+  std::string template_ref, template_digest, rt;
+  Json template_config = Json::object();
+  Json base_env = Json::object();
+  std::vector<VolumeMount> volume_mounts = req.volumes;
+  if (!req.snapshot_id.empty()) {
+    auto snap = store->GetSnapshot(req.snapshot_id);
+    if (!snap) {
+      if (snap.error().code == Errc::kNotFound)
+        return Fail(Errc::kNotFound, "unknown snapshot " + req.snapshot_id);
+      return tl::unexpected(snap.error());
+    }
+    if (snap->state != "ready")
+      return Fail(Errc::kConflict, "snapshot " + req.snapshot_id + " is " + snap->state);
+    template_ref = JsonStringOr(snap->source, "template", "");
+    template_digest = JsonStringOr(snap->source, "template_digest", "");
+    rt = JsonStringOr(snap->source, "runtime", config.default_runtime);
+    if (const Json* tc = JsonField(snap->source, "template_config")) template_config = *tc;
+    if (const Json* e = JsonField(snap->source, "env"); e && e->is_object()) base_env = *e;
+    // The source's proxy settings belong to its own network attachment.
+    for (const char* k : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy"})
+      base_env.erase(k);
+    // A restore mounts the volumes its source had (their contents now, not at the
+    // snapshot: volumes are not part of a snapshot), unless the request names its own.
+    if (const Json* vs = JsonField(snap->source, "volumes"); vs && vs->is_array() && volume_mounts.empty()) {
+      for (const auto& v : *vs)
+        volume_mounts.push_back({JsonStringOr(v, "id", ""), JsonStringOr(v, "path", ""),
+                                 JsonBoolOr(v, "read_only", false)});
+    }
+    *source_snapshot = req.snapshot_id;
+  } else {
+    std::string ref = req.template_ref.empty() ? config.default_template : req.template_ref;
+    Result<store::TemplateRecord> tmpl = Fail(Errc::kNotFound, "");
+    if (StartsWith(ref, "sha256:")) {
+      // Pinned by content digest.
+      if (ref.size() != 7 + 64 || ref.find_first_not_of("0123456789abcdef", 7) != std::string::npos)
+        return Fail(Errc::kInvalidArgument, "invalid template digest \"" + ref + "\"");
+      tmpl = store->GetTemplateByDigest(ref);
+      if (!tmpl && tmpl.error().code == Errc::kNotFound)
+        return Fail(Errc::kNotFound, "unknown template " + ref);
+      if (!tmpl) return tl::unexpected(tmpl.error());
+      template_ref = tmpl->name + ":" + tmpl->tag;
+    } else {
+      auto parsed = ParseTemplateRef(ref);
+      if (!parsed) return tl::unexpected(parsed.error());
+      tmpl = store->GetTemplate(parsed->first, parsed->second);
+      if (!tmpl) {
+        if (tmpl.error().code == Errc::kNotFound)
+          return tl::unexpected(MissingTemplate(parsed->first, parsed->second));
+        return tl::unexpected(tmpl.error());
+      }
+      template_ref = parsed->first + ":" + parsed->second;
+    }
+    template_digest = tmpl->digest;
+    template_config = tmpl->config;
+    rt = config.default_runtime;
+    *source_digest = tmpl->digest;
+  }
+  if (!req.runtime.empty()) {
+    // A full snapshot (memory and devices) only starts under the runtime that took it;
+    // a filesystem snapshot only under a runtime that uses the storage driver.
+    if (!req.snapshot_id.empty() && req.runtime != rt &&
+        (SnapshotRuntime(rt) || SnapshotRuntime(req.runtime)))
+      return Fail(Errc::kInvalidArgument, "snapshot " + req.snapshot_id + " was taken by runtime " +
+                                              rt + " and cannot start a " + req.runtime + " sandbox");
+    rt = req.runtime;
+  }
+  if (runtimes.find(rt) == runtimes.end()) {
+    std::string known;
+    for (const auto& [name, r] : runtimes) known += (known.empty() ? "" : ", ") + name;
+    return Fail(Errc::kInvalidArgument, "unknown runtime \"" + rt + "\" (known: " + known + ")");
+  }
+  if (auto d = runtimes.at(rt)->Describe(); !d.available)
+    return Fail(Errc::kInvalidArgument, "runtime " + rt + " is not available on this host: " + d.why_not);
+  auto volumes = ResolveVolumes(volume_mounts, runtimes.at(rt).get());
+  if (!volumes) return tl::unexpected(volumes.error());
+  runtime::Limits l = req.limits;
+  if (l.disk_bytes == 0) l.disk_bytes = config.default_disk_bytes;  // guards: every sandbox a disk
+  if (l.memory_bytes != 0 && l.memory_bytes < (16ll << 20))
+    return Fail(Errc::kInvalidArgument, "limits.memory_bytes must be 0 (unlimited) or >= 16 MiB");
+  if (l.pids != 0 && l.pids < 8) return Fail(Errc::kInvalidArgument, "limits.pids must be 0 or >= 8");
+  if (l.cpus < 0 || l.cpus > 1024) return Fail(Errc::kInvalidArgument, "limits.cpus out of range");
+  if (l.disk_bytes != 0 && l.disk_bytes < (1ll << 20))
+    return Fail(Errc::kInvalidArgument, "limits.disk_bytes must be 0 (unlimited) or >= 1 MiB");
+  if (l.nofile != 0 && (l.nofile < 64 || l.nofile > (1 << 20)))
+    return Fail(Errc::kInvalidArgument, "limits.nofile must be 0 (runtime default) or 64..1048576");
+  auto policy = net::ParsePolicy(req.network, network ? network->presets() : net::Presets{});
+  if (!policy) return tl::unexpected(policy.error());
+  if (policy->internet()) {
+    if (!network) return Fail(Errc::kUnavailable, "spaced runs without networking");
+    if (!runtimes.at(rt)->Caps().network)
+      return Fail(Errc::kInvalidArgument,
+                  "the " + rt + " runtime has no sandbox networking yet (network.mode must be none)");
+  }
+  net::AssignPlaceholders(*policy);
+  Json env = base_env;
+  for (const auto& s : policy->secrets) env[s.name] = s.placeholder;
+  for (const auto& [k, v] : req.env) {
+    SPACE_TRY(ValidateEnvKey(k));
+    if (v.find('\0') != std::string::npos)
+      return Fail(Errc::kInvalidArgument, "environment value of " + k + " contains NUL");
+    env[k] = v;
+  }
+  if (req.metadata.size() > 64) return Fail(Errc::kInvalidArgument, "at most 64 metadata labels");
+  Json meta = Json::object();
+  for (const auto& [k, v] : req.metadata) {
+    if (k.empty() || k.size() > 256 || v.size() > 4096)
+      return Fail(Errc::kInvalidArgument, "metadata keys must be 1-256 bytes, values <= 4096");
+    meta[k] = v;
+  }
+  int64_t timeout_s = req.timeout_s < 0 ? config.default_timeout_s : req.timeout_s;
+  if (timeout_s > 366ll * 24 * 3600) return Fail(Errc::kInvalidArgument, "timeout longer than a year");
+  std::string on_timeout = req.on_timeout.empty() ? "delete" : req.on_timeout;
+  if (on_timeout != "delete" && on_timeout != "pause" && on_timeout != "suspend")
+    return Fail(Errc::kInvalidArgument, "on_timeout must be delete, pause or suspend");
+  if (req.idle_timeout_s < 0) return Fail(Errc::kInvalidArgument, "idle_timeout must be >= 0");
+  if (req.snapshot_every_s < 0 || req.keep_last < 0)
+    return Fail(Errc::kInvalidArgument, "snapshot_every and keep_last must be >= 0");
+
+  auto sb = std::make_shared<Sandbox>();
+  sb->rec.id = NewId("sb");
+  if (!req.id.empty()) {
+    SPACE_TRY(ValidateSandboxId(req.id));
+    auto have = store->GetSandbox(req.id);
+    if (have) return Fail(Errc::kConflict, "sandbox " + req.id + " exists already");
+    if (have.error().code != Errc::kNotFound) return tl::unexpected(have.error());
+    sb->rec.id = req.id;
+  }
+  sb->rec.template_ref = template_ref;
+  sb->rec.template_digest = template_digest;
+  sb->rec.runtime = rt;
+  sb->rec.state = "creating";
+  const int64_t output_bytes = req.output_bytes < 0 ? config.max_output_bytes : req.output_bytes;
+  sb->rec.spec = {{"limits", LimitsJson(l, output_bytes)}, {"env", env}, {"network", policy->ToJson(true)},
+                  {"template_config", template_config}};
+  if (!req.snapshot_id.empty()) sb->rec.spec["from_snapshot"] = req.snapshot_id;
+  if (!volumes->empty()) sb->rec.spec["volumes"] = *volumes;
+  sb->rec.metadata = meta;
+  sb->rec.created_ms = sb->rec.updated_ms = NowUnixMillis();
+  sb->rec.spec["timeout_s"] = timeout_s;
+  sb->rec.spec["on_timeout"] = on_timeout;
+  sb->rec.spec["idle_timeout_s"] = req.idle_timeout_s;
+  sb->rec.spec["expires_ms"] = 0;  // armed when the sandbox is running (BringUp)
+  sb->rec.spec["snapshot_every_s"] = req.snapshot_every_s;
+  sb->rec.spec["keep_last"] = req.keep_last;
+  sb->last_activity_ms = sb->rec.created_ms;
+  return sb;
+}
+
+Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::CreateSandbox(
+    const CreateSandboxRequest& req) {
+  const int64_t t0 = MonotonicNanos();
+  std::string digest, snapshot;
+  // Held until the record is stored: the volumes it names are not deleted meanwhile.
+  std::shared_lock volumes_held(impl_->volumes_mu);
+  auto made = impl_->NewSandbox(req, &digest, &snapshot);
+  if (!made) return tl::unexpected(made.error());
+  SPACE_TRY(impl_->AdmitDisk("create"));
+  // A warm sandbox has an id of its own: not when the request names one.
+  if (auto member = req.id.empty() ? impl_->ClaimFromPool(req) : nullptr) {
+    // A warm sandbox takes on what the request asked for; its instance is already running.
+    if (impl_->config.admit_sandbox) {
+      store::SandboxRecord probe;
+      {
+        std::lock_guard l(member->mu);
+        probe = member->rec;
+      }
+      probe.metadata = (*made)->rec.metadata;
+      if (auto st = impl_->config.admit_sandbox(probe); !st) {
+        (void)DeleteSandbox(probe.id);  // out of the pool already; the pool refills
+        return tl::unexpected(st.error());
+      }
+    }
+    store::OperationRecord op;
+    std::lock_guard l(member->mu);
+    const store::SandboxRecord& want = (*made)->rec;
+    member->rec.metadata = want.metadata;
+    for (const char* key : {"env", "network", "timeout_s", "on_timeout", "idle_timeout_s",
+                            "snapshot_every_s", "keep_last"}) {
+      member->rec.spec[key] = want.spec[key];
+    }
+    member->rec.spec.erase("pool");
+    member->rec.spec["limits"]["output_bytes"] = want.spec["limits"]["output_bytes"];
+    member->output_quota = want.spec["limits"].value("output_bytes", int64_t{0});
+    member->rec.created_ms = NowUnixMillis();
+    int64_t timeout_s = JsonIntOr(member->rec.spec, "timeout_s", 0);
+    member->rec.spec["expires_ms"] = timeout_s > 0 ? member->rec.created_ms + timeout_s * 1000 : 0;
+    member->last_activity_ms = member->rec.created_ms;
+    op.id = NewId("op");
+    op.kind = "create";
+    op.target = member->rec.id;
+    op.state = "succeeded";
+    op.request = {{"warm", true}};
+    op.result = {{"sandbox_id", member->rec.id}, {"warm", true}};
+    op.created_ms = op.updated_ms = member->rec.created_ms;
+    member->rec.updated_ms = member->rec.created_ms;
+    SPACE_TRY(impl_->store->PutSandboxAndOperation(member->rec, op));
+    notifier_.Notify("sb:" + member->rec.id);
+    impl_->refill_due_ms = NowUnixMillis() + 250;
+    impl_->counters.CountCreate(member->rec.runtime, "warm_pool", "succeeded",
+                                (MonotonicNanos() - t0) / 1e9);
+    return std::make_pair(op, member->rec);
+  }
+  auto sb = *made;
+  // Memory admission: held until the record is stored, so concurrent creates add up.
+  auto admitted = impl_->AdmitMemory(req.limits.memory_bytes, 1);
+  if (!admitted) return tl::unexpected(admitted.error());
+  // Counted from here until RunCreate is done with it.
+  const int creating = impl_->creating.fetch_add(1);
+  if (impl_->config.max_creating > 0 && creating >= impl_->config.max_creating) {
+    impl_->creating.fetch_sub(1);
+    impl_->counters.CountCreate(sb->rec.runtime, snapshot.empty() ? "template" : "snapshot",
+                                "rejected", -1);
+    return Fail(Errc::kResourceExhausted,
+                std::to_string(creating) + " sandboxes are being created (the limit is " +
+                    std::to_string(impl_->config.max_creating) + "); retry later");
+  }
+  struct Uncount {
+    std::atomic<int>* n;
+    ~Uncount() { if (n) n->fetch_sub(1); }
+  } uncount{&impl_->creating};  // until the job is queued
+  store::OperationRecord op;
+  op.id = NewId("op");
+  op.kind = "create";
+  op.target = sb->rec.id;
+  op.state = "pending";
+  op.request = {{"snapshot", snapshot}};
+  op.created_ms = op.updated_ms = sb->rec.created_ms;
+  if (impl_->config.admit_sandbox) SPACE_TRY(impl_->config.admit_sandbox(sb->rec));
+  if (auto st = impl_->store->PutSandboxAndOperation(sb->rec, op); !st) {
+    if (impl_->config.sandbox_gone) impl_->config.sandbox_gone(sb->rec.id);
+    return tl::unexpected(st.error());
+  }
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->sandboxes[sb->rec.id] = sb;
+  }
+  auto rec = sb->rec;
+  uncount.n = nullptr;  // RunCreate uncounts it
+  impl_->Enqueue([impl = impl_.get(), sb, op, digest, snapshot] {
+    impl->RunCreate(sb, op, digest, snapshot);
+    impl->creating.fetch_sub(1);
+  });
+  return std::make_pair(op, rec);
+}
+
+void Platform::Impl::RunCreate(std::shared_ptr<Sandbox> sb, store::OperationRecord op,
+                               std::string digest, std::string snapshot) {
+  op.state = "running";
+  SaveOperation(op);
+  Status st;
+  Json result = {{"sandbox_id", sb->rec.id}};
+  {
+    std::lock_guard lock(sb->mu);
+    st = BringUp(sb, digest, snapshot, &op, result);
+  }
+  if (st) {
+    self->notifier().Notify("sb:" + sb->rec.id);
+    self->notifier().Notify("op:" + op.id);
+  }
+  if (!st) FinishOperation(op, st, result);  // success was committed with the sandbox
+  counters.CountCreate(sb->rec.runtime, snapshot.empty() ? "template" : "snapshot",
+                       st ? "succeeded" : "failed", (NowUnixMillis() - sb->rec.created_ms) / 1000.0);
+}
+
+Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::string& digest,
+                               const std::string& snapshot, store::OperationRecord* done,
+                               Json result) {
+  auto* rt = RuntimeFor(sb->rec);
+  auto run = [&]() -> Status {
+    if (!rt) return Fail(Errc::kInvalidArgument, "runtime " + sb->rec.runtime + " is gone");
+    const Json* lj = JsonField(sb->rec.spec, "limits");
+    runtime::Limits limits = LimitsFromJson(lj ? *lj : Json::object());
+    const int64_t t0 = MonotonicNanos();
+    runtime::InstanceSpec spec;
+    if (rt->Caps().own_disk) {
+      // The runtime builds the disk itself: from the template's layer, or its snapshot.
+      spec = InstanceSpecFor(sb->rec, "");
+      spec.snapshot_id = snapshot;
+      if (snapshot.empty()) {
+        auto layer = storage->LayerPath(DigestHex(digest));
+        if (!layer) return tl::unexpected(std::move(layer.error()).Wrap("template layer"));
+        spec.template_dir = *layer;
+        spec.template_digest = digest;
+      }
+    } else {
+      auto root = snapshot.empty()
+                      ? storage->CreateRoot(sb->rec.id, DigestHex(digest), limits.disk_bytes)
+                      : storage->CreateRootFromSnapshot(sb->rec.id, snapshot, limits.disk_bytes);
+      if (!root) return tl::unexpected(std::move(root.error()).Wrap("create root filesystem"));
+      spec = InstanceSpecFor(sb->rec, *root);
+    }
+    const int64_t t1 = MonotonicNanos();
+    SPACE_TRY_WRAP(StartInstance(*sb, rt, std::move(spec)), "start " + sb->rec.runtime + " instance");
+    const int64_t t2 = MonotonicNanos();
+    SPACE_TRY_WRAP(ConnectAgent(sb, config.agent_connect_timeout_ms), "connect to agent");
+    // Made now, not by the first command: a warm-pool claim should not pay for it.
+    SPACE_TRY_WRAP(sys::MkdirAll(LogDir(sb->rec.id), 0700), "output log dir");
+    const int64_t t3 = MonotonicNanos();
+    spdlog::debug("create {}: root {:.1f} ms, start {:.1f} ms, agent {:.1f} ms", sb->rec.id,
+                  (t1 - t0) / 1e6, (t2 - t1) / 1e6, (t3 - t2) / 1e6);
+    sb->rec.state = "running";
+    sb->rec.reason.clear();
+    // New processes (from the template, or a snapshot of the filesystem alone): the
+    // template's start command runs and is ready before anyone hears of the sandbox.
+    const std::vector<std::string> kinds = rt->Caps().snapshot_kinds;
+    bool kept = rt->Caps().own_disk && std::find(kinds.begin(), kinds.end(), "full") != kinds.end();
+    if (snapshot.empty() || !kept) SPACE_TRY(RunStartCommand(*sb));
+    int64_t timeout_s = JsonIntOr(sb->rec.spec, "timeout_s", 0);
+    sb->rec.spec["expires_ms"] = timeout_s > 0 ? NowUnixMillis() + timeout_s * 1000 : 0;
+    sb->last_activity_ms = NowUnixMillis();
+    if (!done) return SaveSandbox(*sb);
+    // One commit for both: the sandbox is running and its create succeeded.
+    sb->rec.updated_ms = done->updated_ms = NowUnixMillis();
+    done->state = "succeeded";
+    done->result = std::move(result);
+    SPACE_TRY(store->PutSandboxAndOperation(sb->rec, *done));
+    // The caller notifies once it has let go of sb->mu: a client woken by the operation's
+    // end may act on the sandbox at once (a snapshot, a transition), and would find it busy.
+    return Ok();
+  };
+  auto st = run();
+  if (!st) {
+    if (sb->session) {
+      sb->session->Close();
+      sb->session.reset();
+    }
+    (void)DestroyInstance(rt, sb->rec.id);
+    (void)storage->DeleteRoot(sb->rec.id);
+    sb->rec.state = "error";
+    sb->rec.reason = "create failed: " + st.error().message;
+    (void)SaveSandbox(*sb);
+  }
+  return st;
+}
+
+}  // namespace space::core
