@@ -11,6 +11,7 @@
 #include <memory>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "auth/auth.h"
 #include "common/common.h"
@@ -19,6 +20,10 @@
 namespace space::api {
 
 class SessionBacking;  // api/console_sessions.h
+
+// GET /v1/templates/{ref}/archive: the template's record (JSON) and the body's sha256.
+inline constexpr std::string_view kTemplateHeader = "X-Space-Template";
+inline constexpr std::string_view kArchiveSha256Header = "X-Space-Archive-Sha256";
 
 struct ServerOptions {
   std::string address = "127.0.0.1";

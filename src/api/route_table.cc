@@ -113,6 +113,7 @@ constexpr RouteEntry kRoutes[] = {
     {"GET", "/v1/templates", Surface::kV1},
     {"POST", "/v1/templates", Surface::kV1},
     {"GET", "/v1/templates/builds/{operation_id}/log", Surface::kV1},
+    {"GET", "/v1/templates/{ref}/archive", Surface::kV1},
     // Named volumes and their files (routes_volumes.cc, docs/volumes.md).
     {"GET", "/v1/volumes", Surface::kV1},
     {"POST", "/v1/volumes", Surface::kV1},

@@ -1,5 +1,9 @@
 // Routes: /v1/templates — list, build (an operation) and build logs.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "api/http.h"
+#include "sys/sys.h"
 
 namespace space::api {
 
@@ -82,6 +86,45 @@ Awaitable<bool> RouteTemplates(Ctx& ctx) {
       Json reply_body = {{"operation", OperationJson(op)}};
       co_await ctx.Reply(202, reply_body);
     }
+    co_return true;
+  }
+
+  // A template's tree as a zstd tarball: what a cluster's node pulls a template it lacks
+  // by (docs/cluster.md). Its record and the tarball's sha256 ride in headers.
+  if (s.size() == 4 && s[3] == "archive" && ctx.method == "GET") {
+    std::string ref = s[2];
+    auto ar = co_await ctx.Blocking([&] { return p->ExportTemplate(ref); });
+    if (!ar) {
+      co_await ctx.ReplyError(ar.error());
+      co_return true;
+    }
+    struct Remove {
+      std::string path;
+      ~Remove() { (void)::unlink(path.c_str()); }
+    } remove{ar->path};
+    auto fd = sys::Open(ar->path, O_RDONLY);
+    if (!fd) {
+      co_await ctx.ReplyError(fd.error());
+      co_return true;
+    }
+    const Json meta = {{"name", ar->record.name},
+                       {"tag", ar->record.tag},
+                       {"digest", ar->record.digest},
+                       {"config", ar->record.config},
+                       {"created_ms", ar->record.created_ms}};
+    const std::vector<std::pair<std::string, std::string>> headers = {
+        {std::string(kTemplateHeader), meta.dump()},
+        {std::string(kArchiveSha256Header), ar->sha256},
+        {"X-Space-Archive-Size", std::to_string(ar->size)}};
+    co_await ctx.StartChunked(200, "application/zstd", headers);
+    std::string buf(1 << 20, '\0');
+    for (;;) {
+      const int raw = fd->get();
+      ssize_t n = co_await ctx.Blocking([&] { return ::read(raw, buf.data(), buf.size()); });
+      if (n <= 0) break;  // a read error ends the body short: the sha256 tells the puller
+      co_await ctx.WriteChunk(std::string_view(buf.data(), static_cast<size_t>(n)));
+    }
+    co_await ctx.EndChunked();
     co_return true;
   }
 

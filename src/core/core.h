@@ -87,6 +87,11 @@ struct Config {
   // another node). sandbox_gone runs once a sandbox's record is removed.
   std::function<Status(const store::SandboxRecord&)> admit_sandbox;
   std::function<void(const std::string& id)> sandbox_gone;
+  // A template a create names that this node lacks (and that is no built-in): fetched from
+  // elsewhere in the cluster, by "name:tag" or "sha256:<hex>", and imported
+  // (ImportTemplate) before it returns Ok; kNotFound when no node has it. Runs on the
+  // caller's thread, with no lock of the platform's held. Unset on a single machine.
+  std::function<Status(const std::string& ref)> fetch_template;
   // The cluster's shared operator keys (unset: every key is this node's own).
   std::shared_ptr<SharedKeys> shared_keys;
 };
@@ -274,6 +279,21 @@ class Platform {
   // to spaced's log. kNotFound if `ref` is not a built-in.
   [[nodiscard]] Result<store::OperationRecord> EnsureBuiltinTemplate(const std::string& ref,
                                                                      bool echo = false);
+  // Templates between a cluster's nodes (template_transfer.cc, docs/cluster.md).
+  struct TemplateArchive {
+    store::TemplateRecord record;
+    std::string path;    // a zstd tar of the template's tree (unshifted owners) under
+                         // DATA/tmp: the caller removes it
+    std::string sha256;  // hex, of that file
+    int64_t size = 0;
+  };
+  // `ref`: "name:tag" or "sha256:<hex>". kNotFound when this node has no such template.
+  [[nodiscard]] Result<TemplateArchive> ExportTemplate(const std::string& ref);
+  // Stores a template another node exported: checks the archive's sha256 (kInvalidArgument
+  // when it differs), unpacks it as the layer `record.digest` unless that layer is here
+  // already, and records the template (kConflict when name:tag here is another build).
+  [[nodiscard]] Status ImportTemplate(const store::TemplateRecord& record,
+                                      const std::string& archive_path, const std::string& sha256);
   // The full build log of a template build operation; kNotFound if there is none.
   [[nodiscard]] Result<std::string> TemplateBuildLog(const std::string& op_id);
 

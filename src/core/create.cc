@@ -191,6 +191,7 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
     const CreateSandboxRequest& req) {
   const int64_t t0 = MonotonicNanos();
   std::string digest, snapshot;
+  SPACE_TRY(impl_->FetchMissingTemplate(req));
   // Held until the record is stored: the volumes it names are not deleted meanwhile.
   std::shared_lock volumes_held(impl_->volumes_mu);
   auto made = impl_->NewSandbox(req, &digest, &snapshot);

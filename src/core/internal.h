@@ -132,6 +132,10 @@ struct Platform::Impl {
   // The error for a create naming a template that is not stored: kNotFound, or, for a
   // built-in, kUnavailable naming the operation just started (or running) to build it.
   Error MissingTemplate(const std::string& name, const std::string& tag);
+  // A create's template, fetched through Config::fetch_template when this node lacks it
+  // (template_transfer.cc). Ok also when it is here, a built-in, or no node has it (the
+  // create then says what is missing).
+  Status FetchMissingTemplate(const CreateSandboxRequest& req);
 
   // Memory returned after deletes (issue 17): a sandbox's teardown frees many small blocks
   // that glibc keeps in its arenas; ReapOnce hands them back to the kernel (malloc_trim)

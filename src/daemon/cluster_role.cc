@@ -9,7 +9,10 @@
 #include <fstream>
 #include <thread>
 
+#include "api/api.h"
+#include "cluster/peer.h"
 #include "gateway/gateway.h"
+#include "sys/sys.h"
 
 namespace space::daemon {
 
@@ -78,7 +81,10 @@ NodeRole::~NodeRole() {
   agent_.reset();  // leaves at once: its routes go, its sandboxes keep running
 }
 
-void NodeRole::Hook(core::Config& config) {
+void NodeRole::Hook(core::Config& config, std::string peer_key) {
+  peer_key_ = std::move(peer_key);
+  data_dir_ = config.data_dir;
+  config.fetch_template = [this](const std::string& ref) { return FetchTemplate(ref); };
   for (const auto& l : flags_.node_labels) {
     auto eq = l.find('=');
     labels_[l.substr(0, eq)] = l.substr(eq + 1);
@@ -127,8 +133,17 @@ Json NodeRole::Describe() {
       }
     }
   }
+  // The templates here, so a node lacking one knows where to pull it from.
+  Json templates = Json::object();
+  if (platform_) {
+    if (auto ts = platform_->ListTemplates()) {
+      for (const auto& t : *ts)
+        templates[t.name + ":" + t.tag] = {{"digest", t.digest}, {"created_ms", t.created_ms}};
+    }
+  }
   cluster::NodeAgent* a = live_.load();
   return {{"address", flags_.advertise},
+          {"templates", templates},
           {"runtimes", runtimes},
           {"labels", labels_},
           {"cpus", cpus},
@@ -192,6 +207,103 @@ Status NodeRole::StartJoining(core::Platform* platform) {
       for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
+  return Ok();
+}
+
+// A template this node lacks, from the live nodes' records: the newest build of name:tag
+// (or the one with that digest), pulled from the first holder that hands it over. Creates
+// that need the same digest meanwhile wait for the one pull.
+Status NodeRole::FetchTemplate(const std::string& ref) {
+  if (!live_.load()) return Fail(Errc::kUnavailable, "this node has not joined its cluster yet");
+  auto nodes = store_->List(flags_.prefix + "nodes/");
+  if (!nodes) return tl::unexpected(nodes.error().Wrap("find template " + ref + " in the cluster"));
+  struct Holder {
+    std::string node, address, ref;
+    int64_t created_ms;
+  };
+  std::map<std::string, std::vector<Holder>> by_digest;
+  std::string newest;
+  int64_t newest_ms = -1;
+  for (const auto& kv : *nodes) {
+    auto rec = ParseJson(kv.value);
+    if (!rec || !rec->is_object()) continue;
+    const std::string name = JsonStringOr(*rec, "name", "");
+    const Json* ts = JsonField(*rec, "templates");
+    if (name == flags_.node_name || !ts || !ts->is_object()) continue;
+    for (const auto& [tref, info] : ts->items()) {
+      const std::string digest = JsonStringOr(info, "digest", "");
+      const bool match = StartsWith(ref, "sha256:") ? digest == ref : tref == ref;
+      if (!match || digest.empty()) continue;
+      const int64_t ms = JsonIntOr(info, "created_ms", 0);
+      by_digest[digest].push_back({name, JsonStringOr(*rec, "address", ""), tref, ms});
+      if (ms > newest_ms) newest_ms = ms, newest = digest;
+    }
+  }
+  if (newest.empty()) return Fail(Errc::kNotFound, "no node of the cluster has template " + ref);
+
+  std::promise<Status> mine;
+  std::shared_future<Status> pull;
+  bool puller = false;
+  {
+    std::lock_guard l(pulls_mu_);
+    auto it = pulls_.find(newest);
+    if (it != pulls_.end()) {
+      pull = it->second;
+    } else {
+      pull = mine.get_future().share();
+      pulls_[newest] = pull;
+      puller = true;
+    }
+  }
+  if (!puller) return pull.get();
+  Status st = Fail(Errc::kUnavailable, "template " + ref + ": no holder handed it over");
+  for (const Holder& h : by_digest[newest]) {
+    st = PullFrom(h.node, h.address, h.ref, newest);
+    if (st) break;
+    spdlog::warn("cluster: pulling template {} from {}: {}", h.ref, h.node, st.error().message);
+  }
+  mine.set_value(st);
+  std::lock_guard l(pulls_mu_);
+  pulls_.erase(newest);
+  return st;
+}
+
+Status NodeRole::PullFrom(const std::string& node, const std::string& address, const std::string& ref,
+                          const std::string& digest) {
+  const int64_t t0 = MonotonicNanos();
+  SPACE_TRY(sys::MkdirAll(data_dir_ + "/tmp", 0700));
+  const std::string path = data_dir_ + "/tmp/pull-" + NewId("t") + ".tar.zst";
+  struct Remove {
+    std::string path;
+    ~Remove() { (void)::unlink(path.c_str()); }
+  } remove{path};
+  auto got = cluster::FetchToFile("http://" + address + "/v1/templates/" + ref + "/archive", peer_key_, path,
+                                  int64_t{64} << 30, 30 * 60 * 1000);
+  if (!got) return tl::unexpected(got.error());
+  if (got->status != 200) {
+    return Fail(got->status == 404 ? Errc::kNotFound : Errc::kUnavailable,
+                "node " + node + " answered " + std::to_string(got->status) + ": " + got->error_body);
+  }
+  auto lower = [](std::string_view h) {
+    std::string s(h);
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  auto meta = ParseJson(got->headers[lower(api::kTemplateHeader)]);
+  const std::string sha = got->headers[lower(api::kArchiveSha256Header)];
+  if (!meta || !meta->is_object() || sha.empty())
+    return Fail(Errc::kInternal, "node " + node + " sent a template archive without its record");
+  store::TemplateRecord rec;
+  rec.name = JsonStringOr(*meta, "name", "");
+  rec.tag = JsonStringOr(*meta, "tag", "");
+  rec.digest = JsonStringOr(*meta, "digest", "");
+  rec.created_ms = JsonIntOr(*meta, "created_ms", NowUnixMillis());
+  if (const Json* c = JsonField(*meta, "config"); c && c->is_object()) rec.config = *c;
+  if (rec.digest != digest)
+    return Fail(Errc::kConflict, "node " + node + " holds " + ref + " as " + rec.digest + " now, not " + digest);
+  SPACE_TRY(platform_->ImportTemplate(rec, path, sha));
+  spdlog::info("cluster: template {} ({}) pulled from {}: {} MiB in {} ms", ref, digest, node, got->size >> 20,
+               (MonotonicNanos() - t0) / 1000000);
   return Ok();
 }
 

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <atomic>
+#include <future>
+#include <mutex>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,8 +38,10 @@ class NodeRole {
  public:
   explicit NodeRole(ClusterFlags flags) : flags_(std::move(flags)) {}
   ~NodeRole();
-  // Sets config.admit_sandbox / sandbox_gone (they refuse creates until Join).
-  void Hook(core::Config& config);
+  // Sets config.admit_sandbox / sandbox_gone (they refuse creates until Join), the
+  // cluster's keys, and fetch_template (pulls with `peer_key`, the operator key every
+  // node shares).
+  void Hook(core::Config& config, std::string peer_key);
   // Opens etcd and joins in the background, trying again each second until it has joined
   // (sandboxes run meanwhile; creates are refused until then). kInvalidArgument at once
   // for flags etcd or the membership refuse.
@@ -50,6 +54,10 @@ class NodeRole {
  private:
   Json Describe();
   void OpenAccess();
+  // Config::fetch_template: pulls `ref` from a live node that has it, once per digest.
+  Status FetchTemplate(const std::string& ref);
+  Status PullFrom(const std::string& node, const std::string& address, const std::string& ref,
+                  const std::string& digest);
   ClusterFlags flags_;
   core::Platform* platform_ = nullptr;
   std::unique_ptr<cluster::Store> store_;
@@ -61,6 +69,9 @@ class NodeRole {
   std::atomic<int64_t> load_seq_{0};
   std::map<std::string, std::string> labels_;
   std::atomic<bool> stop_{false};
+  std::string peer_key_, data_dir_;
+  std::mutex pulls_mu_;
+  std::map<std::string, std::shared_future<Status>> pulls_;  // digest -> the pull under way
   std::thread joiner_;
 };
 

@@ -436,7 +436,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<daemon::NodeRole> node_role;
   if (cluster.role == "node") {
     node_role = std::make_unique<daemon::NodeRole>(cluster);
-    node_role->Hook(config);
+    node_role->Hook(config, *key);
   }
   auto platform = core::Platform::Create(config, std::move(*store), std::move(*storage),
                                          std::move(runtimes), std::move(*network));

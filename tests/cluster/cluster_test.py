@@ -234,6 +234,38 @@ class ClusterTest(unittest.TestCase):
                        and session(u, cookie2) == 401 for u in nodes)
         wait_until(refused_everywhere, 5, "the revoked key refused on every node")
 
+    def test_01c_a_template_reaches_the_node_that_needs_it(self):
+        """A template built on one node is pulled, by digest, by the node a create lands on;
+        once, and by digest as well as by name."""
+        n1, n2, n3 = (C["nodes"][n] for n in ("n1", "n2", "n3"))
+        status, b = http("POST", n1 + "/v1/templates?wait=60s",
+                         {"name": "ci-pulled", "tag": "v1", "spec": "FROM base\nRUN echo pulled-ok > /marker\n"},
+                         timeout=90)
+        self.assertEqual(status, 201, b)
+        digest = b["operation"]["result"]["digest"]
+        # n2 learns where it is from n1's record (republished every 2 s).
+        wait_until(lambda: "ci-pulled:v1" in etcd_prefix("/space/nodes/")["n1"].get("templates", {}), 10,
+                   "n1 to publish its template")
+        status, sb = http("POST", n2 + "/v1/sandboxes?wait=60s", {"template": "ci-pulled:v1"}, timeout=90)
+        self.assertEqual(status, 201, sb)
+        sid = sb["sandbox"]["id"]
+        status, cmd = http("POST", f"{n2}/v1/sandboxes/{sid}/commands", {"argv": ["cat", "/marker"]})
+        self.assertIn(status, (200, 201, 202), cmd)
+        status, out = http("GET", f"{n2}/v1/sandboxes/{sid}/commands/{cmd['id']}/output?stream=stdout&wait=30s")
+        self.assertEqual(out, "pulled-ok\n")
+        status, ts = http("GET", n2 + "/v1/templates")
+        here = {t["name"] + ":" + t["tag"]: t["digest"] for t in ts["templates"]}
+        self.assertEqual(here.get("ci-pulled:v1"), digest, ts)
+        with open(os.path.join(C["dir"], "n2.log")) as f:
+            self.assertEqual(f.read().count("template ci-pulled:v1 (" + digest), 1, "pulled more than once")
+        # By digest on n3; a template no node has is still a plain 404.
+        status, sb3 = http("POST", n3 + "/v1/sandboxes?wait=60s", {"template": digest}, timeout=90)
+        self.assertEqual(status, 201, sb3)
+        status, b = http("POST", n3 + "/v1/sandboxes?wait=60s", {"template": "ci-nowhere:v1"})
+        self.assertEqual(status, 404, b)
+        for url, gone in ((n2, sid), (n3, sb3["sandbox"]["id"])):
+            self.assertIn(http("DELETE", f"{url}/v1/sandboxes/{gone}")[0], (200, 202))
+
     def test_02_spread_and_routing_from_both_gateways(self):
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             results = list(pool.map(lambda i: create(C["gateways"][i % 2]), range(9)))

@@ -413,5 +413,52 @@ TEST_F(TemplateBuildTest, AsyncProgressAndRecoveryAfterKill) {
   EXPECT_FALSE(BuildLog(op).empty());  // the log survives recovery
 }
 
+// GET /v1/templates/{ref}/archive: the tree a cluster's node pulls a template by, with its
+// record and the body's sha256 in headers; bad refs are refused.
+TEST_F(TemplateBuildTest, ArchiveCarriesTheTreeAndItsRecord) {
+  auto [status, body] = Build({{"name", "archived"}, {"tag", "v1"}, {"spec", kSpec}});
+  ASSERT_EQ(status, 201) << body.dump();
+  const std::string digest = body["operation"]["result"]["digest"];
+  for (const std::string ref : {std::string("archived:v1"), digest}) {
+    auto r = c().Request("GET", "/v1/templates/" + ref + "/archive");
+    ASSERT_TRUE(r) << r.error().message;
+    ASSERT_EQ(r->status, 200) << r->body;
+    auto meta = ParseJson(r->Header("X-Space-Template").value_or(""));
+    ASSERT_TRUE(meta) << ref;
+    EXPECT_EQ((*meta)["name"], "archived");
+    EXPECT_EQ((*meta)["tag"], "v1");
+    EXPECT_EQ((*meta)["digest"], digest);
+    EXPECT_EQ(r->Header("X-Space-Archive-Size").value_or(""), std::to_string(r->body.size()));
+    // The sha256 it names is the body's (what the puller checks).
+    auto tmp = sys::TempDir::Create("/tmp", "tb-archive-");
+    ASSERT_TRUE(tmp);
+    ASSERT_TRUE(sys::WriteFileAtomic(tmp->path() + "/a.tar.zst", r->body));
+    FILE* f = ::popen(("sha256sum " + tmp->path() + "/a.tar.zst").c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    char sum[65] = {};
+    ASSERT_EQ(::fread(sum, 1, 64, f), 64u);
+    ::pclose(f);
+    EXPECT_EQ(r->Header("X-Space-Archive-Sha256").value_or(""), std::string(sum, 64));
+    // The tree: the files the build made, in a zstd tar.
+    FILE* t = ::popen(("tar --zstd -tf " + tmp->path() + "/a.tar.zst").c_str(), "r");
+    ASSERT_NE(t, nullptr);
+    std::string listing;
+    char buf[4096];
+    for (size_t n; (n = ::fread(buf, 1, sizeof buf, t)) > 0;) listing.append(buf, n);
+    ::pclose(t);
+    EXPECT_NE(listing.find("hello\n"), std::string::npos) << listing.substr(0, 500);
+    EXPECT_NE(listing.find("copy\n"), std::string::npos);
+  }
+  auto unknown = c().Request("GET", "/v1/templates/nowhere:v1/archive");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404) << unknown->body;
+  auto bad = c().Request("GET", "/v1/templates/sha256:zz/archive");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  auto bad_ref = c().Request("GET", "/v1/templates/Bad%20Name/archive");
+  ASSERT_TRUE(bad_ref);
+  EXPECT_EQ(bad_ref->status, 400) << bad_ref->body;
+}
+
 }  // namespace
 }  // namespace space::testing
