@@ -67,26 +67,46 @@ void FrameDecoder::Feed(std::string_view bytes) {
   Commit(bytes.size());
 }
 
-Result<std::optional<FrameView>> FrameDecoder::NextView() {
-  if (failed_) return tl::unexpected(*failed_);
-  if (end_ - pos_ < kHeaderSize) return std::optional<FrameView>();
-  const char* h = buf_.data() + pos_;
+Result<std::optional<FrameView>> PeekFrame(std::string_view in) {
+  if (in.size() < kHeaderSize) return std::optional<FrameView>();
+  const char* h = in.data();
   uint32_t len = GetU32(h);
   uint8_t type = static_cast<uint8_t>(h[4]);
   if (len > kMaxPayload) {
-    failed_ = Error{Errc::kInvalidArgument, 0,
-                    "agent frame too large: " + std::to_string(len) + " bytes"};
-    return tl::unexpected(*failed_);
+    return Fail(Errc::kInvalidArgument, "agent frame too large: " + std::to_string(len) + " bytes");
   }
   if (!IsKnownFrameType(type)) {
-    failed_ = Error{Errc::kInvalidArgument, 0, "unknown agent frame type " + std::to_string(type)};
+    return Fail(Errc::kInvalidArgument, "unknown agent frame type " + std::to_string(type));
+  }
+  if (in.size() - kHeaderSize < len) return std::optional<FrameView>();
+  return std::optional<FrameView>(
+      FrameView{static_cast<FrameType>(type), GetU32(h + 5), in.substr(kHeaderSize, len)});
+}
+
+Result<std::optional<FrameView>> FrameDecoder::NextView() {
+  if (failed_) return tl::unexpected(*failed_);
+  auto f = PeekFrame(std::string_view(buf_.data() + pos_, end_ - pos_));
+  if (!f) {
+    failed_ = f.error();
     return tl::unexpected(*failed_);
   }
-  if (end_ - pos_ < kHeaderSize + len) return std::optional<FrameView>();
-  FrameView f{static_cast<FrameType>(type), GetU32(h + 5),
-              std::string_view(buf_.data() + pos_ + kHeaderSize, len)};
-  pos_ += kHeaderSize + len;
-  return std::optional<FrameView>(f);
+  if (*f) pos_ += kHeaderSize + (*f)->payload.size();
+  return f;
+}
+
+size_t FrameDecoder::Needed() const {
+  const size_t have = end_ - pos_;
+  if (have == 0) return 0;
+  if (have < kHeaderSize) return kHeaderSize - have;
+  const uint64_t len = GetU32(buf_.data() + pos_);
+  if (len > kMaxPayload) return 0;  // NextView reports it
+  return have >= kHeaderSize + len ? 0 : kHeaderSize + len - have;
+}
+
+void FrameDecoder::Release() {
+  if (pos_ != end_) return;
+  pos_ = end_ = 0;
+  std::string().swap(buf_);
 }
 
 Result<std::optional<Frame>> FrameDecoder::Next() {

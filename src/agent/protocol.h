@@ -63,6 +63,11 @@ struct FrameView {
   std::string_view payload;
 };
 
+// The frame at the start of `in`, if it is complete (zero-copy: the view points into `in`),
+// nullopt if more bytes are needed, or an error for an oversized frame or an unknown type.
+// The frame occupies kHeaderSize + payload.size() bytes of `in`.
+Result<std::optional<FrameView>> PeekFrame(std::string_view in);
+
 class FrameDecoder {
  public:
   void Feed(std::string_view bytes);
@@ -76,6 +81,12 @@ class FrameDecoder {
   // Like Next() without copying the payload.
   Result<std::optional<FrameView>> NextView();
   size_t buffered() const { return end_ - pos_; }
+  // Bytes still missing from the frame in progress: the rest of its header, or (once the
+  // header is in) the rest of the frame; 0 when nothing is buffered or a frame is complete.
+  // Feeding exactly this much lets a reader complete one frame without copying more.
+  size_t Needed() const;
+  // Frees the buffer when nothing is buffered: an idle connection then holds no memory.
+  void Release();
 
  private:
   void Compact();

@@ -81,10 +81,9 @@ Result<std::shared_ptr<AgentSession>> AgentSession::Connect(const std::string& s
   if (auto st = sys::WriteAll(fd.get(), hello_request); !st)
     return Fail(Errc::kUnavailable, "agent write: " + st.error().message);
   std::shared_ptr<AgentSession> s(new AgentSession(std::move(fd), std::move(handlers)));
-  // The reader holds only a weak reference: the session's owner decides its lifetime.
-  s->reader_ = std::thread([s_raw = s.get(), weak = std::weak_ptr<AgentSession>(s)] {
-    s_raw->ReadLoop(weak);
-  });
+  // The hub holds only a weak reference: the session's owner decides its lifetime.
+  if (!AgentHub::Get().Add(s->fd_.get(), std::static_pointer_cast<AgentHub::Conn>(s), &s->hub_key_))
+    return ErrnoFail("agent hub: epoll_ctl");
   std::unique_lock lock(s->mu_);
   auto left = std::chrono::nanoseconds(std::max<int64_t>(deadline - MonotonicNanos(), 0));
   if (!s->cv_.wait_for(lock, left, [&] { return s->hello_.has_value() || !s->connected_; })) {
@@ -102,23 +101,50 @@ Result<std::shared_ptr<AgentSession>> AgentSession::Connect(const std::string& s
 }
 
 void AgentSession::Close() {
-  closing_ = true;
+  {
+    std::unique_lock l(state_mu_);
+    closing_ = true;
+    // A handler running on another hub thread finishes first; one running on this thread
+    // (Close from inside a handler) is not waited for: OnReady calls no handler after it.
+    state_cv_.wait(l, [&] { return !busy_ || busy_thread_ == std::this_thread::get_id(); });
+  }
+  AgentHub::Get().Remove(fd_.get(), hub_key_);
+  hub_key_ = 0;
   if (fd_) ::shutdown(fd_.get(), SHUT_RDWR);
-  if (reader_.joinable()) {
-    if (reader_.get_id() == std::this_thread::get_id()) {
-      reader_.detach();
-    } else {
-      reader_.join();
-    }
+  {
+    std::lock_guard lock(write_mu_);
+    connected_ = false;
   }
   FailPending(Error{Errc::kUnavailable, 0, "agent connection closed"});
 }
 
 Status AgentSession::Send(const std::string& wire) {
+  // Sent from hub threads too (ACKs): an agent that stops reading its socket must not hold
+  // one forever. No byte taken for kStallMs ends the connection (a partly written frame
+  // would corrupt the stream anyway).
+  constexpr int kStallMs = 15000;
   std::lock_guard lock(write_mu_);
   if (!connected_) return Fail(Errc::kUnavailable, "agent connection closed");
-  auto st = sys::WriteAll(fd_.get(), wire);
-  if (!st) return Fail(Errc::kUnavailable, "agent write: " + st.error().message);
+  std::string_view left = wire;
+  while (!left.empty()) {
+    ssize_t n = ::send(fd_.get(), left.data(), left.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      left.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd_.get(), POLLOUT, 0};
+      int r = ::poll(&p, 1, kStallMs);
+      if (r < 0 && errno == EINTR) continue;
+      if (r > 0) continue;
+      ::shutdown(fd_.get(), SHUT_RDWR);
+      return Fail(Errc::kUnavailable, "agent write: the agent took no bytes for " +
+                                          std::to_string(kStallMs / 1000) + " s");
+    }
+    int e = errno;
+    return Fail(Errc::kUnavailable, std::string("agent write: ") + std::strerror(e));
+  }
   return Ok();
 }
 
@@ -184,55 +210,106 @@ Status AgentSession::RequestHello() {
                                  agent::EncodeMessage(Json{{"op", "hello"}})));
 }
 
-void AgentSession::ReadLoop(const std::weak_ptr<AgentSession>& weak) {
-  agent::FrameDecoder decoder;
-  constexpr size_t kReadSize = 1 << 20;
+void AgentSession::OnReady(char* scratch, size_t size) {
+  {
+    std::lock_guard l(state_mu_);
+    if (closing_) return;
+    busy_ = true;
+    busy_thread_ = std::this_thread::get_id();
+  }
+  // One read per turn, then the fd is re-armed: a connection that always has more to say
+  // takes its turn with the others instead of holding the thread.
   Error why{Errc::kUnavailable, 0, "agent closed the connection"};
-  for (;;) {
-    // Read straight into the decoder's buffer: output frames are not copied again.
-    ssize_t n = ::read(fd_.get(), decoder.Prepare(kReadSize), kReadSize);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n < 0) why = Error{Errc::kUnavailable, errno, std::string("agent read: ") + strerror(errno)};
-      break;
-    }
-    decoder.Commit(static_cast<size_t>(n));
-    bool failed = false;
-    for (;;) {
-      auto f = decoder.NextView();
-      if (!f) {
-        why = std::move(f.error()).Wrap("agent protocol error");
-        failed = true;
-        break;
+  bool alive = true;
+  // The rest of a frame whose header is in goes straight into the session's buffer (a
+  // 1 MiB output chunk seldom fits one read, and is then not copied again); anything
+  // else is read into the hub thread's scratch and handled there.
+  char* buf = scratch;
+  size_t cap = size;
+  const size_t need = decoder_.Needed();
+  const bool direct = need > 0 && decoder_.buffered() >= agent::kHeaderSize;
+  if (direct) {
+    buf = decoder_.Prepare(need);
+    cap = need;
+  }
+  ssize_t n = ::recv(fd_.get(), buf, cap, MSG_DONTWAIT);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
+    // spurious wake-up: nothing to do
+  } else if (n <= 0) {
+    if (n < 0) why = Error{Errc::kUnavailable, errno, std::string("agent read: ") + strerror(errno)};
+    alive = false;
+  } else {
+    if (direct) decoder_.Commit(static_cast<size_t>(n));
+    alive = Consume(direct ? std::string_view() : std::string_view(scratch, static_cast<size_t>(n)),
+                    &why);
+    if (alive && !Closing()) {
+      if (auto st = FlushAcks(); !st) {
+        why = st.error();
+        alive = false;
       }
-      if (!*f) break;
-      auto st = HandleFrame(**f);
-      if (!st) {
-        why = std::move(st.error());
-        failed = true;
-        break;
-      }
-    }
-    if (failed) break;
-    if (auto st = FlushAcks(); !st) {
-      why = st.error();
-      break;
     }
   }
+  if (!alive) Lost(why);
+  std::lock_guard l(state_mu_);
+  busy_ = false;
+  if (alive && !closing_) AgentHub::Get().Rearm(fd_.get(), hub_key_);
+  state_cv_.notify_all();
+}
+
+bool AgentSession::Consume(std::string_view in, Error* why) {
+  for (;;) {
+    if (Closing()) return true;  // Close() from a handler: no more handlers
+    agent::FrameView f;
+    if (decoder_.buffered() > 0) {
+      // Complete the frame in progress, copying no more than it needs.
+      size_t k = std::min(decoder_.Needed(), in.size());
+      decoder_.Feed(in.substr(0, k));
+      in.remove_prefix(k);
+      auto v = decoder_.NextView();
+      if (!v) {
+        *why = std::move(v.error()).Wrap("agent protocol error");
+        return false;
+      }
+      if (!*v) {
+        if (in.empty()) return true;
+        continue;  // its header is complete now: Needed() knows the rest
+      }
+      f = **v;
+    } else {
+      // Frames that arrived whole are handled where the read put them.
+      auto v = agent::PeekFrame(in);
+      if (!v) {
+        *why = std::move(v.error()).Wrap("agent protocol error");
+        return false;
+      }
+      if (!*v) {
+        if (!in.empty()) decoder_.Feed(in);  // the start of a frame: kept until it is whole
+        return true;
+      }
+      f = **v;
+      in.remove_prefix(agent::kHeaderSize + f.payload.size());
+    }
+    auto st = HandleFrame(f);
+    // The frame's payload may live in decoder_: free it once handled.
+    decoder_.Release();
+    if (!st) {
+      *why = std::move(st.error());
+      return false;
+    }
+  }
+}
+
+void AgentSession::Lost(const Error& why) {
   {
     std::lock_guard lock(write_mu_);
     connected_ = false;
   }
   ::shutdown(fd_.get(), SHUT_RDWR);
+  AgentHub::Get().Remove(fd_.get(), hub_key_);
+  decoder_.Release();
+  pending_acks_.clear();
   FailPending(why);
-  {
-    std::lock_guard lock(mu_);
-    cv_.notify_all();
-  }
-  // Keep the session alive while its handler runs (the handler may drop the last owner).
-  if (auto self = weak.lock(); self && !closing_ && handlers_.on_disconnect) {
-    handlers_.on_disconnect(why);
-  }
+  if (!Closing() && handlers_.on_disconnect) handlers_.on_disconnect(why);
 }
 
 Status AgentSession::FlushAcks() {

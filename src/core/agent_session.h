@@ -1,10 +1,16 @@
 // core/agent_session: the host end of one sandbox's agent channel.
 //
-// An AgentSession owns a connected unix socket and a reader thread. Output and exit
-// frames are handed to the Handlers on the reader thread; the session acknowledges output
-// with the durable size the handler returns (the credit return of docs/agent-protocol.md).
-// Call() sends a request and blocks for its response. Thread-safe. Close() (or the
-// destructor) shuts the socket and joins the reader; handlers are never called after it.
+// An AgentSession owns a connected unix socket, served by the process's AgentHub (a few
+// threads for all sessions, no thread of its own). Output and exit frames are handed to
+// the Handlers on a hub thread, one frame at a time and in the order they arrived; the
+// session acknowledges output with the durable size the handler returns (the credit return
+// of docs/agent-protocol.md). Call() sends a request and blocks for its response.
+// Thread-safe. Close() (or the destructor) shuts the socket and waits for a handler that is
+// running on another thread; handlers are never called after it. Close() from inside a
+// handler returns at once (no further handler is called).
+//
+// Memory: an idle session holds no read buffer (hub threads read into their own); a frame
+// that arrives in pieces is assembled in a buffer of its size, at most 4 MiB + 9 bytes.
 #pragma once
 
 #include <atomic>
@@ -17,6 +23,7 @@
 #include <thread>
 
 #include "agent/protocol.h"
+#include "core/agent_hub.h"
 #include "common/common.h"
 #include "common/json.h"
 #include "store/store.h"
@@ -24,7 +31,7 @@
 
 namespace space::core {
 
-class AgentSession : public std::enable_shared_from_this<AgentSession> {
+class AgentSession : public std::enable_shared_from_this<AgentSession>, public AgentHub::Conn {
  public:
   struct Handlers {
     // Stores output; returns the stream's durable size (sent back as the ACK offset).
@@ -68,25 +75,42 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
 
  private:
   AgentSession(sys::UniqueFd fd, Handlers handlers);
-  void ReadLoop(const std::weak_ptr<AgentSession>& weak);
+  void OnReady(char* scratch, size_t size) override;
+  // Handles the frames in `in` (and the one in progress in decoder_); false with *why when
+  // the connection must end.
+  bool Consume(std::string_view in, Error* why);
+  // The connection ended (agent gone or a protocol error): wakes callers, tells the owner.
+  void Lost(const Error& why);
   Status HandleFrame(const agent::FrameView& f);
   Status Send(const std::string& wire);
   void FailPending(const Error& e);
   Status FlushAcks();
+  bool Closing() {
+    std::lock_guard l(state_mu_);
+    return closing_;
+  }
 
   sys::UniqueFd fd_;
   Handlers handlers_;
-  std::thread reader_;
+  uint64_t hub_key_ = 0;
   std::atomic<bool> connected_{true};
-  std::atomic<bool> closing_{false};
   std::mutex write_mu_;
+
+  // Who runs OnReady now (Close waits for it unless it is that very thread).
+  std::mutex state_mu_;
+  std::condition_variable state_cv_;
+  bool closing_ = false;
+  bool busy_ = false;
+  std::thread::id busy_thread_;
 
   std::mutex mu_;
   std::condition_variable cv_;
   uint32_t next_request_ = 1;
   std::map<uint32_t, std::optional<Result<agent::Message>>> pending_;
   std::optional<Json> hello_;
-  // Reader thread only: the highest durable offset per (stream, fd) not yet ACKed.
+  // Hub (OnReady) only: the frame being assembled, and the highest durable offset per
+  // (stream, fd) not yet ACKed.
+  agent::FrameDecoder decoder_;
   std::map<std::pair<uint32_t, uint8_t>, uint64_t> pending_acks_;
 };
 

@@ -2,7 +2,7 @@
 //
 // Locking order (never take them the other way round):
 //   Impl::mu  ->  Sandbox::mu  ->  Sandbox::cmd_mu  ->  Command::mu
-// The agent reader thread takes only cmd_mu and Command::mu, so a thread holding
+// Agent handlers (on a hub thread, agent_hub.h) take only cmd_mu and Command::mu, so a thread holding
 // Sandbox::mu may block on an agent Call().
 #pragma once
 
@@ -70,7 +70,7 @@ struct Platform::Sandbox {
   std::map<std::string, std::shared_ptr<Command>> commands;     // live commands by id
 
   // Output quota (guards.cc). Set by InitGuards when the agent connects; read by the agent
-  // reader thread, hence atomics.
+  // session's hub thread, hence atomics.
   std::atomic<int64_t> output_quota{0};    // limits.output_bytes; 0 = unlimited
   std::atomic<int64_t> output_stored{0};   // bytes in the sandbox's output logs
   std::atomic<bool> output_held{false};    // some command's output is held
@@ -136,6 +136,13 @@ struct Platform::Impl {
   // (transfer.cc). Ok also when it is here, a built-in, or no node has it (the
   // create then says what is missing).
   Status FetchMissingTemplate(const CreateSandboxRequest& req);
+
+  // Memory returned after deletes (issue 17): a sandbox's teardown frees many small blocks
+  // that glibc keeps in its arenas; ReapOnce hands them back to the kernel (malloc_trim)
+  // once deletes pause for a second, or every 10 s while they go on.
+  std::atomic<int64_t> last_delete_ms{0};  // 0: nothing freed since the last trim
+  int64_t last_trim_ms = 0;                // reaper thread only
+  void TrimAfterDeletes(int64_t now_ms);
 
   // Resource guards (guards.cc).
   std::atomic<bool> disk_low{false};      // the data dir's free space is below the reserve

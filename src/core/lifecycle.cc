@@ -1,6 +1,8 @@
 // Lifecycle transitions of a running sandbox: pause, resume, suspend, wake.
 #include <spdlog/spdlog.h>
 
+#include <malloc.h>
+
 #include <algorithm>
 
 #include "core/internal.h"
@@ -305,8 +307,18 @@ void Platform::Impl::ReaperLoop() {
   }
 }
 
+void Platform::Impl::TrimAfterDeletes(int64_t now_ms) {
+  int64_t deleted = last_delete_ms.load();
+  if (deleted == 0) return;
+  if (now_ms - deleted < 1000 && now_ms - last_trim_ms < 10000) return;
+  last_delete_ms.compare_exchange_strong(deleted, 0);  // a newer delete waits for the next round
+  last_trim_ms = now_ms;
+  ::malloc_trim(0);
+}
+
 void Platform::Impl::ReapOnce() {
   GuardTick();
+  TrimAfterDeletes(NowUnixMillis());
   std::vector<std::shared_ptr<Sandbox>> all;
   {
     std::lock_guard lock(mu);

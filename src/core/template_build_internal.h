@@ -81,7 +81,7 @@ struct ImageConfig {
 };
 
 // The build log file plus the tail kept for the operation record. Thread-safe (RUN output
-// arrives on an agent reader thread).
+// arrives on an agent hub thread).
 class BuildLog {
  public:
   static Result<std::unique_ptr<BuildLog>> Open(const std::string& path) {

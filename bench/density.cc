@@ -1,0 +1,226 @@
+// density: how many idle sandboxes one node holds, and what each costs (issue 17).
+//
+// Against a running spaced (loopback only; SPACED_PID names its process): measures the idle
+// daemon (after one warm-up sandbox, so lazily made state is in the baseline), creates
+// --count idle sandboxes with the default template (--parallel at a time, 429s honoured),
+// lets them settle, measures again, checks that every one answers a command, deletes them
+// all, and measures once more. Reports host memory per sandbox (MemAvailable before and
+// after; other work on the machine adds noise), spaced's RSS per sandbox, its threads, and
+// its RSS after the deletes against the idle figure. Bounded: the whole run stops after
+// --seconds. Exit status 0 only if every sandbox was created, answered and deleted, and
+// (with --max-rss-growth) spaced's RSS came back within that fraction of its idle figure.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/stats.h"
+#include "cli/client.h"
+#include "sys/sys.h"
+
+using namespace space;
+using namespace space::bench;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A "Key:   N kB" line of a /proc file, in bytes (-1 if absent).
+int64_t ProcKb(const std::string& file, const std::string& key) {
+  auto text = sys::ReadFile(file);
+  if (!text) return -1;
+  size_t p = text->find("\n" + key + ":");
+  if (p == std::string::npos) p = text->rfind(key + ":", 0) == 0 ? 0 : std::string::npos;
+  if (p == std::string::npos) return -1;
+  p = text->find(':', p) + 1;
+  return std::strtoll(text->c_str() + p, nullptr, 10) * 1024;
+}
+
+struct Sample {
+  int64_t rss = -1, anon = -1, avail = -1;
+  size_t threads = 0, fds = 0;
+};
+
+Sample Measure(const std::string& pid) {
+  Sample s;
+  s.avail = ProcKb("/proc/meminfo", "MemAvailable");
+  if (!pid.empty()) {
+    s.rss = ProcKb("/proc/" + pid + "/status", "VmRSS");
+    s.anon = ProcKb("/proc/" + pid + "/status", "RssAnon");
+    s.threads = sys::CountDirEntries("/proc/" + pid + "/task");
+    s.fds = sys::CountDirEntries("/proc/" + pid + "/fd");
+  }
+  return s;
+}
+
+std::string MiB(int64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1 << 20));
+  return buf;
+}
+std::string KiB(double b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
+  return buf;
+}
+
+// Runs fn(i) for i in [0, n) on `parallel` threads.
+template <class F>
+void ForAll(int n, int parallel, F fn) {
+  std::atomic<int> next{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < parallel; ++t) {
+    ts.emplace_back([&] {
+      for (int i = next++; i < n; i = next++) fn(i);
+    });
+  }
+  for (auto& t : ts) t.join();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"density: N idle sandboxes on one node, and what each costs"};
+  std::string url, key, data_dir;
+  int count = 500, parallel = 8, seconds = 1800, settle_s = 5;
+  double max_rss_growth = 0;
+  app.add_option("--url", url)->required();
+  app.add_option("--key", key)->required();
+  app.add_option("--data-dir", data_dir, "spaced's data dir (unused; bench/run.sh passes it)");
+  app.add_option("--count", count, "idle sandboxes")->check(CLI::Range(1, 10000));
+  app.add_option("--parallel", parallel, "requests at once")->check(CLI::Range(1, 64));
+  app.add_option("--seconds", seconds, "bound on the whole run")->check(CLI::Range(10, 7200));
+  app.add_option("--settle", settle_s, "seconds to wait before measuring")->check(CLI::Range(0, 120));
+  app.add_option("--max-rss-growth", max_rss_growth,
+                 "fail if spaced's RSS after the deletes exceeds idle by more than this fraction");
+  CLI11_PARSE(app, argc, argv);
+  const char* pid_env = std::getenv("SPACED_PID");
+  const std::string pid = pid_env ? pid_env : "";
+  if (pid.empty()) std::fprintf(stderr, "SPACED_PID not set: no figures of spaced itself\n");
+  const auto deadline = Clock::now() + std::chrono::seconds(seconds);
+  auto left = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  };
+
+  client::ClientOptions opts;
+  opts.retry_busy_for = std::chrono::milliseconds{600000};
+  client::Client c(url, key, opts);
+  const Json body = {{"timeout", 0}};
+  // Warm-up: the first sandbox makes the template's layer, namespaces, pools, and its
+  // command brings in the code that serves one.
+  {
+    auto sb = c.CreateSandboxAndWait(body, 120s);
+    if (!sb) {
+      std::fprintf(stderr, "warm-up create: %s\n", sb.error().message.c_str());
+      return 1;
+    }
+    (void)c.Run((*sb)["id"].get<std::string>(), Json{{"cmd", "echo warm"}});
+    (void)c.DeleteSandboxAndWait((*sb)["id"].get<std::string>(), 60s);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(settle_s));
+  const Sample idle = Measure(pid);
+
+  std::mutex mu;
+  std::vector<std::string> ids(count);
+  std::vector<double> create_ms;
+  std::atomic<int> errors{0};
+  std::vector<std::string> samples;
+  auto error = [&](const std::string& what) {
+    ++errors;
+    std::lock_guard l(mu);
+    if (samples.size() < 5) samples.push_back(what);
+  };
+  const auto t0 = Clock::now();
+  ForAll(count, parallel, [&](int i) {
+    client::Client cl(url, key, opts);
+    if (left().count() <= 0) return error("out of time before create " + std::to_string(i));
+    auto s = Clock::now();
+    auto sb = cl.CreateSandboxAndWait(body, std::min<std::chrono::milliseconds>(left(), 300s));
+    if (!sb) return error("create: " + sb.error().message);
+    std::lock_guard l(mu);
+    ids[i] = (*sb)["id"].get<std::string>();
+    create_ms.push_back(Ms(Clock::now() - s));
+  });
+  const double create_s = Ms(Clock::now() - t0) / 1000;
+  int created = 0;
+  for (const auto& id : ids) created += !id.empty();
+  std::printf("created %d of %d idle sandboxes in %.1f s (%d at a time)\n", created, count,
+              create_s, parallel);
+  std::this_thread::sleep_for(std::chrono::seconds(settle_s));
+  const Sample full = Measure(pid);
+
+  // Every one answers a command.
+  std::atomic<int> answered{0};
+  const auto t1 = Clock::now();
+  ForAll(count, parallel, [&](int i) {
+    if (ids[i].empty() || left().count() <= 0) return;
+    client::Client cl(url, key, opts);
+    auto r = cl.Run(ids[i], Json{{"cmd", "echo " + std::to_string(i)}});
+    if (r && r->exit_code == 0 && r->out == std::to_string(i) + "\n") {
+      ++answered;
+    } else {
+      error("run in " + ids[i] + ": " + (r ? r->out + r->err : r.error().message));
+    }
+  });
+  const double run_s = Ms(Clock::now() - t1) / 1000;
+  std::printf("%d of %d answered a command in %.1f s\n", answered.load(), created, run_s);
+  const Sample after_run = Measure(pid);
+
+  std::atomic<int> deleted{0};
+  const auto t2 = Clock::now();
+  ForAll(count, parallel, [&](int i) {
+    if (ids[i].empty()) return;
+    client::Client cl(url, key, opts);
+    auto st = cl.DeleteSandboxAndWait(ids[i], std::max<std::chrono::milliseconds>(
+                                                  std::min<std::chrono::milliseconds>(left(), 120s), 30s));
+    if (st) {
+      ++deleted;
+    } else {
+      error("delete " + ids[i] + ": " + st.error().message);
+    }
+  });
+  const double delete_s = Ms(Clock::now() - t2) / 1000;
+  std::printf("deleted %d in %.1f s\n", deleted.load(), delete_s);
+  std::this_thread::sleep_for(std::chrono::seconds(settle_s));
+  const Sample gone = Measure(pid);
+  auto list = c.ListSandboxes();
+  if (!list || !list->empty()) error("sandboxes still listed after the deletes");
+
+  const double n = std::max(created, 1);
+  std::printf("\n| | idle | %d idle sandboxes | after a command each | after deleting all |\n",
+              created);
+  std::printf("|---|---|---|---|---|\n");
+  std::printf("| spaced RSS | %s | %s | %s | %s |\n", MiB(idle.rss).c_str(), MiB(full.rss).c_str(),
+              MiB(after_run.rss).c_str(), MiB(gone.rss).c_str());
+  std::printf("| of it anonymous | %s | %s | %s | %s |\n", MiB(idle.anon).c_str(),
+              MiB(full.anon).c_str(), MiB(after_run.anon).c_str(), MiB(gone.anon).c_str());
+  std::printf("| spaced threads | %zu | %zu | %zu | %zu |\n", idle.threads, full.threads,
+              after_run.threads, gone.threads);
+  std::printf("| spaced fds | %zu | %zu | %zu | %zu |\n", idle.fds, full.fds, after_run.fds,
+              gone.fds);
+  std::printf("| host MemAvailable | %s | %s | %s | %s |\n", MiB(idle.avail).c_str(),
+              MiB(full.avail).c_str(), MiB(after_run.avail).c_str(), MiB(gone.avail).c_str());
+  std::printf("\nper sandbox: spaced RSS %s (after a command: %s), host memory %s (after a "
+              "command: %s)\n",
+              KiB((full.rss - idle.rss) / n).c_str(), KiB((after_run.rss - idle.rss) / n).c_str(),
+              KiB((idle.avail - full.avail) / n).c_str(),
+              KiB((idle.avail - after_run.avail) / n).c_str());
+  const double growth = idle.rss > 0 ? static_cast<double>(gone.rss - idle.rss) / idle.rss : 0;
+  std::printf("spaced RSS after the deletes: %+.1f %% of idle\n", growth * 100);
+  if (!create_ms.empty()) {
+    auto st = Summarize(create_ms);
+    std::printf("create p50 %.0f ms, p99 %.0f ms\n", st.p50, st.p99);
+  }
+  for (const auto& s : samples) std::printf("error: %s\n", s.c_str());
+  bool ok = errors == 0 && created == count && answered == created && deleted == created;
+  if (max_rss_growth > 0 && !pid.empty() && growth > max_rss_growth) {
+    std::printf("FAIL: spaced's RSS grew by more than %.0f %%\n", max_rss_growth * 100);
+    ok = false;
+  }
+  std::printf("%s\n", ok ? "OK" : "FAILED");
+  return ok ? 0 : 1;
+}
