@@ -9,7 +9,7 @@ PKGS=(
   libssl-dev openssl libsodium-dev libseccomp-dev libexpected-dev libarchive-dev libzstd-dev libsqlite3-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   crun runc btrfs-progs busybox-static util-linux iproute2 procps curl python3 python3-requests
-  nftables dnsmasq-base
+  nftables dnsmasq-base zstd
   runsc
   python3-venv
   nodejs
@@ -20,6 +20,7 @@ PKGS=(
   etcd-server
   python3-ipykernel python3-jupyter-client python3-matplotlib python3-pytest node-acorn
 )
+# zstd: template_build_test lists a template archive with `tar --zstd`.
 # chromium: the web console's browser tests (console_e2e_test) drive Debian's build with
 # playwright-core; no browser is ever downloaded.
 # prometheus: its promtool validates GET /metrics (metrics_test). tmux: the interactive CLI
