@@ -40,6 +40,14 @@ std::string HostName() {
   return n;
 }
 
+// A header of a peer's answer (FetchToFile keeps their names in lower case).
+std::string HeaderOf(const cluster::PeerFile& answer, std::string_view name) {
+  std::string key(name);
+  for (char& c : key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto it = answer.headers.find(key);
+  return it == answer.headers.end() ? "" : it->second;
+}
+
 }  // namespace
 
 Status ValidateClusterFlags(ClusterFlags& f, const std::string& listen) {
@@ -253,6 +261,23 @@ Status NodeRole::FetchTemplate(const std::string& ref) {
   });
 }
 
+// GETs `what` from the node at `address` with the nodes' shared key, into a file under
+// DATA/tmp that goes with the returned object.
+Result<std::unique_ptr<NodeRole::PulledArchive>> NodeRole::Pull(const std::string& address, const std::string& what,
+                                                                int64_t max_bytes, int64_t timeout_ms) {
+  SPACE_TRY(sys::MkdirAll(data_dir_ + "/tmp", 0700));
+  auto out = std::make_unique<PulledArchive>();
+  out->path = data_dir_ + "/tmp/pull-" + NewId("x") + ".tar.zst";
+  auto got = cluster::FetchToFile("http://" + address + what, peer_key_, out->path, max_bytes, timeout_ms);
+  if (!got) return tl::unexpected(got.error());
+  out->answer = std::move(*got);
+  return out;
+}
+
+NodeRole::PulledArchive::~PulledArchive() {
+  if (!path.empty()) (void)::unlink(path.c_str());
+}
+
 Status NodeRole::Once(const std::string& key, const std::function<Status()>& fn) {
   std::promise<Status> mine;
   std::shared_future<Status> theirs;
@@ -283,28 +308,22 @@ Status NodeRole::FetchSnapshot(const std::string& id) {
       if (!rec || !rec->is_object() || JsonStringOr(*rec, "name", "") == flags_.node_name) continue;
       const std::string node = JsonStringOr(*rec, "name", ""), address = JsonStringOr(*rec, "address", "");
       const int64_t t0 = MonotonicNanos();
-      SPACE_TRY(sys::MkdirAll(data_dir_ + "/tmp", 0700));
-      const std::string path = data_dir_ + "/tmp/pull-" + NewId("s") + ".tar.zst";
-      struct Remove {
-        std::string path;
-        ~Remove() { (void)::unlink(path.c_str()); }
-      } remove{path};
-      auto got = cluster::FetchToFile("http://" + address + "/v1/snapshots/" + id + "/archive", peer_key_, path,
-                                      int64_t{256} << 30, 60 * 60 * 1000);
+      auto got = Pull(address, "/v1/snapshots/" + id + "/archive", int64_t{256} << 30, 60 * 60 * 1000);
       if (!got) {
         last = tl::unexpected(got.error());
         continue;
       }
-      if (got->status == 404) continue;
-      if (got->status != 200) {
+      const cluster::PeerFile& answer = (*got)->answer;
+      if (answer.status == 404) continue;
+      if (answer.status != 200) {
         // 409: a full snapshot, which only its own node restores.
-        std::string why = got->error_body;
-        if (auto err = ParseJson(got->error_body); err && err->is_object())
+        std::string why = answer.error_body;
+        if (auto err = ParseJson(answer.error_body); err && err->is_object())
           if (const Json* e = JsonField(*err, "error")) why = JsonStringOr(*e, "message", why);
-        return Fail(got->status == 409 ? Errc::kConflict : Errc::kUnavailable, "node " + node + ": " + why);
+        return Fail(answer.status == 409 ? Errc::kConflict : Errc::kUnavailable, "node " + node + ": " + why);
       }
-      auto meta = ParseJson(got->headers["x-space-snapshot"]);
-      const std::string sha = got->headers["x-space-archive-sha256"];
+      auto meta = ParseJson(HeaderOf(answer, api::kSnapshotHeader));
+      const std::string sha = HeaderOf(answer, api::kArchiveSha256Header);
       if (!meta || !meta->is_object() || sha.empty() || JsonStringOr(*meta, "id", "") != id)
         return Fail(Errc::kInternal, "node " + node + " sent a snapshot archive without its record");
       store::SnapshotRecord snap;
@@ -315,8 +334,8 @@ Status NodeRole::FetchSnapshot(const std::string& id) {
       snap.size = JsonIntOr(*meta, "size", 0);
       snap.created_ms = JsonIntOr(*meta, "created_ms", 0);
       if (const Json* src = JsonField(*meta, "source"); src && src->is_object()) snap.source = *src;
-      SPACE_TRY(platform_->ImportSnapshot(snap, path, sha));
-      spdlog::info("cluster: snapshot {} shipped from {}: {} MiB in {} ms", id, node, got->size >> 20,
+      SPACE_TRY(platform_->ImportSnapshot(snap, (*got)->path, sha));
+      spdlog::info("cluster: snapshot {} shipped from {}: {} MiB in {} ms", id, node, answer.size >> 20,
                    (MonotonicNanos() - t0) / 1000000);
       return Ok();
     }
@@ -327,26 +346,15 @@ Status NodeRole::FetchSnapshot(const std::string& id) {
 Status NodeRole::PullFrom(const std::string& node, const std::string& address, const std::string& ref,
                           const std::string& digest) {
   const int64_t t0 = MonotonicNanos();
-  SPACE_TRY(sys::MkdirAll(data_dir_ + "/tmp", 0700));
-  const std::string path = data_dir_ + "/tmp/pull-" + NewId("t") + ".tar.zst";
-  struct Remove {
-    std::string path;
-    ~Remove() { (void)::unlink(path.c_str()); }
-  } remove{path};
-  auto got = cluster::FetchToFile("http://" + address + "/v1/templates/" + ref + "/archive", peer_key_, path,
-                                  int64_t{64} << 30, 30 * 60 * 1000);
+  auto got = Pull(address, "/v1/templates/" + ref + "/archive", int64_t{64} << 30, 30 * 60 * 1000);
   if (!got) return tl::unexpected(got.error());
-  if (got->status != 200) {
-    return Fail(got->status == 404 ? Errc::kNotFound : Errc::kUnavailable,
-                "node " + node + " answered " + std::to_string(got->status) + ": " + got->error_body);
+  const cluster::PeerFile& answer = (*got)->answer;
+  if (answer.status != 200) {
+    return Fail(answer.status == 404 ? Errc::kNotFound : Errc::kUnavailable,
+                "node " + node + " answered " + std::to_string(answer.status) + ": " + answer.error_body);
   }
-  auto lower = [](std::string_view h) {
-    std::string s(h);
-    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-  };
-  auto meta = ParseJson(got->headers[lower(api::kTemplateHeader)]);
-  const std::string sha = got->headers[lower(api::kArchiveSha256Header)];
+  auto meta = ParseJson(HeaderOf(answer, api::kTemplateHeader));
+  const std::string sha = HeaderOf(answer, api::kArchiveSha256Header);
   if (!meta || !meta->is_object() || sha.empty())
     return Fail(Errc::kInternal, "node " + node + " sent a template archive without its record");
   store::TemplateRecord rec;
@@ -357,8 +365,8 @@ Status NodeRole::PullFrom(const std::string& node, const std::string& address, c
   if (const Json* c = JsonField(*meta, "config"); c && c->is_object()) rec.config = *c;
   if (rec.digest != digest)
     return Fail(Errc::kConflict, "node " + node + " holds " + ref + " as " + rec.digest + " now, not " + digest);
-  SPACE_TRY(platform_->ImportTemplate(rec, path, sha));
-  spdlog::info("cluster: template {} ({}) pulled from {}: {} MiB in {} ms", ref, digest, node, got->size >> 20,
+  SPACE_TRY(platform_->ImportTemplate(rec, (*got)->path, sha));
+  spdlog::info("cluster: template {} ({}) pulled from {}: {} MiB in {} ms", ref, digest, node, answer.size >> 20,
                (MonotonicNanos() - t0) / 1000000);
   return Ok();
 }

@@ -13,6 +13,7 @@
 
 #include "cluster/directory.h"
 #include "cluster/node.h"
+#include "cluster/peer.h"
 #include "cluster/store.h"
 #include "core/core.h"
 #include "daemon/cluster_access.h"
@@ -60,6 +61,13 @@ class NodeRole {
                   const std::string& digest);
   // Config::fetch_snapshot: asks the live nodes in turn for the snapshot's archive.
   Status FetchSnapshot(const std::string& id);
+  struct PulledArchive {
+    std::string path;
+    cluster::PeerFile answer;
+    ~PulledArchive();
+  };
+  [[nodiscard]] Result<std::unique_ptr<PulledArchive>> Pull(const std::string& address, const std::string& what,
+                                                           int64_t max_bytes, int64_t timeout_ms);
   // `fn` once for `key` however many callers want it at once; they all get its Status.
   Status Once(const std::string& key, const std::function<Status()>& fn);
   ClusterFlags flags_;
