@@ -24,18 +24,25 @@ namespace space::cluster::testing {
 
 using namespace std::chrono_literals;
 
-inline int FreePort() {
-  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  ::close(s);
-  return port;
+// n distinct free loopback ports. All n sockets are held open until every port is known: picked
+// one at a time, the kernel may hand the same port out twice.
+inline std::vector<int> FreePorts(int n) {
+  std::vector<sys::UniqueFd> held;
+  std::vector<int> ports;
+  for (int i = 0; i < n; ++i) {
+    sys::UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+        ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0)
+      port = ntohs(a.sin_port);
+    ports.push_back(port);
+    held.push_back(std::move(s));
+  }
+  return ports;
 }
 
 // n etcd members on loopback, one cluster.
@@ -46,9 +53,10 @@ class EtcdCluster {
     if (!t) return *why = t.error().message, false;
     tmp_ = std::move(*t);
     std::string initial;
+    const std::vector<int> ports = FreePorts(2 * n);
     for (int i = 0; i < n; ++i) {
-      clients_.push_back(FreePort());
-      peers_.push_back(FreePort());
+      clients_.push_back(ports[2 * i]);
+      peers_.push_back(ports[2 * i + 1]);
       initial += (i ? "," : "") + Name(i) + "=http://127.0.0.1:" + std::to_string(peers_[i]);
     }
     for (int i = 0; i < n; ++i) {

@@ -49,8 +49,12 @@ fail() { echo "FAIL $1"; failed=$((failed + 1)); }
 logs() { local f; for f in "$tmp"/*.log; do echo "---- $f (last 40 lines)"; tail -n 40 "$f"; done; }
 finish() { echo "helm_chart_run_test: $passed passed, $failed failed"; [ "$failed" -eq 0 ] && exit 0; logs; exit 1; }
 
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-ec=$(free_port) ep=$(free_port) np=$(free_port) gp=$(free_port)
+# Four distinct free ports, picked while all four sockets are held open: one at a time, the
+# kernel may hand the same port out twice (a CI run lost etcd's peer port to the node this way).
+read -r ec ep np gp < <(/usr/bin/python3 -c 'import socket
+ss = [socket.socket() for _ in range(4)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))')
 
 # etcd, one member on loopback.
 setpriv --pdeathsig KILL -- etcd --name smoke --data-dir "$tmp/etcd" \
