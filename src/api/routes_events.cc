@@ -26,15 +26,6 @@ struct EventQueue {
   std::shared_ptr<asio::steady_timer> wake;
 };
 
-std::string SseEvent(std::string_view name, const Json& data) {
-  std::string out = "event: ";
-  out += name;
-  out += "\ndata: ";
-  out += data.dump(-1, ' ', false, Json::error_handler_t::replace);
-  out += "\n\n";
-  return out;
-}
-
 // What this connection last told about each sandbox.
 struct Seen {
   std::string state;

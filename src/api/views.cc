@@ -101,6 +101,15 @@ Json SnapshotJson(const store::SnapshotRecord& s) {
           {"created_at", TimeOrNull(s.created_ms)}};
 }
 
+std::string SseEvent(std::string_view name, const Json& data) {
+  std::string out = "event: ";
+  out += name;
+  out += "\ndata: ";
+  out += data.dump(-1, ' ', false, Json::error_handler_t::replace);
+  out += "\n\n";
+  return out;
+}
+
 Json ErrorBody(const Error& e) {
   return {{"error",
            {{"code", std::string(ErrcName(e.code))}, {"message", e.message}, {"details", Json::object()}}}};

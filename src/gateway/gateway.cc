@@ -230,6 +230,10 @@ Awaitable<void> Gateway::Impl::Dispatch(Ctx& ctx) {
     co_await ToSandbox(ctx, Surface::kV1, s[2]);
     co_return;
   }
+  if (s.size() == 2 && s[0] == "v1" && s[1] == "events" && ctx.method == "GET") {
+    co_await Events(ctx);
+    co_return;
+  }
   if (s.size() >= 3 && s[0] == "ui" && s[1] == "sandboxes") {
     co_await ToAnyNode(ctx, Surface::kV1);  // the page; its API calls come back here
     co_return;

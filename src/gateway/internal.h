@@ -71,6 +71,8 @@ struct Gateway::Impl {
   Awaitable<void> GetSandbox(Ctx& ctx, const std::string& id);
   Awaitable<void> Create(Ctx& ctx, Surface form);
   Awaitable<void> List(Ctx& ctx, Surface form);
+  // GET /v1/events: every live node's stream, merged (events.cc).
+  Awaitable<void> Events(Ctx& ctx);
   // A GET of something whose node is not known (an operation, a snapshot): the first
   // node that has it answers.
   Awaitable<void> Find(Ctx& ctx, Surface form);
@@ -92,6 +94,9 @@ std::vector<std::pair<std::string, std::string>> PassedHeaders(const Answer& a);
 Awaitable<int> Authenticate(Gateway::Impl& g, Ctx& ctx, const std::string& id);
 // The client's request with `body`, as it goes to a node (one request per connection).
 http::request<http::string_body> Outgoing(const Ctx& ctx, std::string body);
+// What the gateway says of a sandbox from its cluster record alone (its node is gone):
+// state "unavailable", or "lost" after the grace period.
+Json RecordView(const std::string& id, const Json& rec, bool lost);
 // The sandbox id inside a SPACE token (st1./tt1.), unverified: only to route by.
 std::string TokenSandbox(std::string_view token);
 

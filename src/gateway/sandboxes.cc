@@ -6,7 +6,6 @@
 
 #include "api/parse.h"
 #include "api/views.h"
-#include <algorithm>
 
 #include "gateway/internal.h"
 
@@ -24,6 +23,17 @@ Awaitable<void> ReplyJson(Ctx& ctx, const Answer& a, const Json& body) {
   co_await ctx.Reply(static_cast<int>(a.res.result_int()), body, headers);
 }
 
+bool MatchesFilter(const Json& view, const core::SandboxFilter& f) {
+  if (!f.state.empty() && JsonStringOr(view, "state", "") != f.state) return false;
+  const Json* meta = JsonField(view, "metadata");
+  for (const auto& [k, v] : f.labels) {
+    if (!meta || JsonStringOr(*meta, k.c_str(), "\x01") != v) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 // What the gateway says of a sandbox from its record alone (its node is gone).
 Json RecordView(const std::string& id, const Json& rec, bool lost) {
   const std::string node = JsonStringOr(rec, "node", "");
@@ -38,17 +48,6 @@ Json RecordView(const std::string& id, const Json& rec, bool lost) {
           {"metadata", meta},
           {"created_at", JsonIntOr(rec, "created_ms", 0) > 0 ? Json(FormatRfc3339(JsonIntOr(rec, "created_ms", 0))) : Json(nullptr)}};
 }
-
-bool MatchesFilter(const Json& view, const core::SandboxFilter& f) {
-  if (!f.state.empty() && JsonStringOr(view, "state", "") != f.state) return false;
-  const Json* meta = JsonField(view, "metadata");
-  for (const auto& [k, v] : f.labels) {
-    if (!meta || JsonStringOr(*meta, k.c_str(), "\x01") != v) return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 // Who is asking, as a live node sees the credential (the gateway checks none itself).
 Awaitable<int> Authenticate(Gateway::Impl& g, Ctx& ctx, const std::string& id) {

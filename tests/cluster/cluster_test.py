@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.error
@@ -120,6 +121,53 @@ def check_invariant(testcase):
     for sid, r in routes.items():
         if sid in seen:
             testcase.assertEqual(r["node"], seen[sid], f"route of {sid} names {r['node']}, it runs on {seen[sid]}")
+
+
+class EventStream:
+    """GET /v1/events read on a thread of its own: every event, in order, as (name, data)."""
+
+    def __init__(self, url, seconds):
+        self.events, self.error = [], None
+        self.cv = threading.Condition()
+        req = urllib.request.Request(f"{url}/v1/events?duration={seconds}s",
+                                     headers={"Authorization": "Bearer " + C["key"]})
+        self.resp = urllib.request.urlopen(req, timeout=seconds + 30)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        name, data = None, ""
+        try:
+            for raw in self.resp:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    data += line[6:]
+                elif line == "" and data:
+                    with self.cv:
+                        self.events.append((name, json.loads(data)))
+                        self.cv.notify_all()
+                    name, data = None, ""
+        except Exception as e:  # the stream's end, or a broken one: the waits say which
+            self.error = e
+        with self.cv:
+            self.cv.notify_all()
+
+    def wait_for(self, pred, timeout, what):
+        end = time.monotonic() + timeout
+        with self.cv:
+            while True:
+                for ev in self.events:
+                    if pred(*ev):
+                        return ev
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no event {what} within {timeout}s; got {self.events[-8:]!r}")
+                self.cv.wait(left)
+
+    def close(self):
+        self.resp.close()
 
 
 def setUpModule():
@@ -318,6 +366,30 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(listed.get(sid), node)
         C["placed"] = placed
 
+    def test_02b_events_of_every_node_through_a_gateway(self):
+        """/v1/events through a gateway: one snapshot of every node, then every node's changes."""
+        placed = C["placed"]
+        ev = EventStream(C["gateways"][1], 60)
+        try:
+            _, snap = ev.wait_for(lambda n, d: n == "snapshot", 15, "snapshot")
+            seen = {s["id"]: s["node"] for s in snap["sandboxes"]}
+            for sid, node in placed.items():
+                self.assertEqual(seen.get(sid), node, f"{sid} in the snapshot")
+            made = {}
+            for node in ("n1", "n2"):
+                status, b = http("POST", C["nodes"][node] + "/v1/sandboxes?wait=60s", {}, timeout=90)
+                self.assertEqual(status, 201, b)
+                made[b["sandbox"]["id"]] = node
+            for sid, node in made.items():
+                ev.wait_for(lambda n, d: n == "sandbox.created" and d["sandbox"]["id"] == sid
+                            and d["sandbox"]["node"] == node, 15, f"sandbox.created {sid} on {node}")
+                self.assertIn(http("DELETE", f"{C['nodes'][node]}/v1/sandboxes/{sid}?wait=30s")[0], (200, 202))
+            for sid, node in made.items():
+                ev.wait_for(lambda n, d: n == "sandbox.deleted" and d["id"] == sid and d["node"] == node, 15,
+                            f"sandbox.deleted {sid}")
+        finally:
+            ev.close()
+
     def test_03_two_gateways_race_for_one_id(self):
         sid = "sb-race" + os.urandom(6).hex()[:12]
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
@@ -334,6 +406,9 @@ class ClusterTest(unittest.TestCase):
         placed = C.get("placed") or {}
         victims = [sid for sid, n in placed.items() if n == "n3"]
         self.assertTrue(victims, placed)
+        ev = EventStream(C["gateways"][0], 120)
+        self.addCleanup(ev.close)
+        ev.wait_for(lambda n, d: n == "snapshot", 15, "snapshot")
         devcluster("kill-node", "n3")
         t0 = time.monotonic()
         env = dict(os.environ, SPACE_URL=C["url"], SPACE_API_KEY=C["key"])
@@ -345,6 +420,10 @@ class ClusterTest(unittest.TestCase):
 
         wait_until(lambda: state_of(victims[0]) == "unavailable", LEASE_TTL + 4, "unavailable")
         detected = time.monotonic() - t0
+        # The gateway's event stream says so too.
+        ev.wait_for(lambda n, d: n == "sandbox.state" and d["sandbox"]["id"] == victims[0]
+                    and d["to"] == "unavailable" and d["sandbox"]["node"] == "n3", LEASE_TTL + 4,
+                    "sandbox.state -> unavailable")
         status, b = exec_echo(C["url"], victims[0], "x")
         self.assertEqual(status, 503, b)
         self.assertIn("node unavailable", json.dumps(b))
@@ -360,6 +439,9 @@ class ClusterTest(unittest.TestCase):
         devcluster("start-node", "n3")
         wait_until(lambda: "n3" in etcd_prefix("/space/nodes/"), 30, "n3 registered again")
         wait_until(lambda: node_local("n3") == [], 30, "n3 deleted its lost sandboxes")
+        # The stream subscribes to n3 again and tells what the cluster gave up as deleted.
+        for sid in victims:
+            ev.wait_for(lambda n, d: n == "sandbox.deleted" and d["id"] == sid, 15, f"sandbox.deleted {sid}")
         for sid in victims:
             placed.pop(sid, None)
             status, b = http("GET", f"{C['url']}/v1/sandboxes/{sid}")
