@@ -24,7 +24,19 @@ NodeLoad NodeLoad::FromRecord(const std::string& name, const Json& rec) {
     for (const auto& [k, v] : l->items())
       if (v.is_string()) n.labels[k] = v.get<std::string>();
   }
+  if (const Json* t = JsonField(rec, "templates"); t && t->is_object()) {
+    for (const auto& [ref, info] : t->items()) {
+      n.templates.insert(ref);
+      if (std::string d = JsonStringOr(info, "digest", ""); !d.empty()) n.templates.insert(d);
+    }
+  }
   return n;
+}
+
+bool NodeLoad::HasTemplate(const std::string& ref) const {
+  if (ref.empty()) return true;
+  if (templates.count(ref)) return true;
+  return ref.find(':') == std::string::npos && templates.count(ref + ":latest");
 }
 
 std::vector<std::string> Placer::Candidates(const std::vector<NodeLoad>& nodes,
@@ -33,6 +45,7 @@ std::vector<std::string> Placer::Candidates(const std::vector<NodeLoad>& nodes,
   struct Fit {
     std::string name;
     double load;  // the share of the node's memory and CPU in use after this request
+    bool has_template;
   };
   std::vector<Fit> fits;
   bool any_runtime = false, any_labels = false, any_accepting = false;
@@ -68,7 +81,8 @@ std::vector<std::string> Placer::Candidates(const std::vector<NodeLoad>& nodes,
     const double mem_used =
         n.total_memory > 0 ? 1.0 - static_cast<double>(mem - req.memory_bytes) / static_cast<double>(n.total_memory) : 0.0;
     const double slots_used = static_cast<double>(count + 1) / static_cast<double>(n.max_sandboxes);
-    fits.push_back({n.name, (cpu_used + mem_used + slots_used) / 3});
+    const bool has = n.HasTemplate(req.template_ref);
+    fits.push_back({n.name, (cpu_used + mem_used + slots_used) / 3 + (has ? 0.0 : kPullPenalty), has});
   }
   if (fits.empty()) {
     if (why) {
@@ -80,7 +94,15 @@ std::vector<std::string> Placer::Candidates(const std::vector<NodeLoad>& nodes,
     return {};
   }
   std::shuffle(fits.begin(), fits.end(), rng_);
-  if (static_cast<int>(fits.size()) > k_) fits.resize(static_cast<size_t>(k_));
+  if (static_cast<int>(fits.size()) > k_) {
+    // The least loaded node that has the template joins the sample if chance left it out.
+    auto holder = fits.end();
+    for (auto it = fits.begin(); it != fits.end(); ++it)
+      if (it->has_template && (holder == fits.end() || it->load < holder->load)) holder = it;
+    const auto kept = fits.begin() + k_;
+    if (holder != fits.end() && holder >= kept) std::iter_swap(kept - 1, holder);
+    fits.resize(static_cast<size_t>(k_));
+  }
   std::stable_sort(fits.begin(), fits.end(), [](const Fit& a, const Fit& b) { return a.load < b.load; });
   std::vector<std::string> out;
   for (auto& f : fits) out.push_back(std::move(f.name));

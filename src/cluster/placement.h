@@ -7,6 +7,9 @@
 // sandbox slots in use once the request is placed; the slots tell apart nodes on equal
 // machines whose sandboxes ask for no limits), least loaded first. The gateway asks them in
 // that order; a node may still refuse (it has the last word), and the next is tried.
+// A node that already has the request's template is preferred (kPullPenalty), and the
+// sample always holds the least loaded such node when there is one, so a template built
+// on one node does not send creates to nodes that must pull it while it has room.
 // In-flight reservations keep two creates from this gateway landing on one node's last
 // free gigabyte before the node publishes its load again. Thread-safe.
 #pragma once
@@ -15,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,13 +31,23 @@ struct PlacementRequest {
   int64_t cpu_millis = 0;
   std::string runtime;                        // empty: the node's default
   std::map<std::string, std::string> labels;  // every one must match the node's
+  // The template it is made from ("name:tag", "name" meaning its latest, or a digest);
+  // empty: the default, which every node has. Nodes that have it rank ahead of nodes that
+  // would pull it first, unless they are more loaded by kPullPenalty.
+  std::string template_ref;
 };
+
+// What a node without the request's template is ranked at on top of its own load (a share
+// in 0..1, the mean of memory, CPU and slots): a pull costs seconds (docs/benchmarks.md),
+// so a node that has the template wins unless it is a tenth of its capacity busier.
+inline constexpr double kPullPenalty = 0.1;
 
 // What a node publishes (its record in nodes/{name}) that placement reads:
 //   {"free_memory": bytes, "total_memory": bytes, "free_cpu_millis": n,
 //    "total_cpu_millis": n (default cpus x 1000), "cpus": n,
 //    "sandboxes": n, "max_sandboxes": n, "runtimes": ["oci", ...],
-//    "labels": {...}, "accepting": bool, "load_seq": n}
+//    "labels": {...}, "accepting": bool, "load_seq": n,
+//    "templates": {"name:tag": {"digest": "sha256:..."}, ...}}
 // load_seq increases with every publication, so reservations made before it are dropped.
 struct NodeLoad {
   std::string name;
@@ -48,6 +62,8 @@ struct NodeLoad {
   std::map<std::string, std::string> labels;
   bool accepting = true;
   int64_t load_seq = 0;
+  std::set<std::string> templates;  // "name:tag" and digests of the templates it has
+  bool HasTemplate(const std::string& ref) const;
   static NodeLoad FromRecord(const std::string& name, const Json& rec);
 };
 

@@ -112,5 +112,48 @@ TEST(PlacerTest, ReadsANodeRecord) {
   EXPECT_TRUE(empty.accepting);
 }
 
+TEST(PlacerTest, NodesWithTheTemplateRankFirstUnlessMuchBusier) {
+  Placer p(3, 42);
+  NodeLoad a = Node("a", 12), b = Node("b", 10), c = Node("c", 3);
+  b.templates = {"py:v1", "sha256:abc"};
+  c.templates = {"py:v1"};
+  auto want = [](std::string ref) { return PlacementRequest{.memory_bytes = kGiB, .template_ref = std::move(ref)}; };
+  // b has it and is nearly as free as a: b first. By digest too.
+  EXPECT_EQ(p.Candidates({a, b, c}, want("py:v1"), nullptr).front(), "b");
+  EXPECT_EQ(p.Candidates({a, b, c}, want("sha256:abc"), nullptr).front(), "b");
+  // A template no node has, or the default: load alone decides.
+  EXPECT_EQ(p.Candidates({a, b, c}, want("other:v1"), nullptr).front(), "a");
+  EXPECT_EQ(p.Candidates({a, b, c}, want(""), nullptr).front(), "a");
+  // c has it but is far busier (13 of 16 GiB used against 4): a pull on a is worth it.
+  EXPECT_EQ(p.Candidates({a, c}, want("py:v1"), nullptr).front(), "a");
+  // "name" alone means name:latest.
+  NodeLoad d = Node("d", 8);
+  d.templates = {"py:latest"};
+  EXPECT_EQ(p.Candidates({a, d}, want("py"), nullptr).front(), "d");
+}
+
+TEST(PlacerTest, TheSampleAlwaysHoldsANodeWithTheTemplate) {
+  std::vector<NodeLoad> nodes;
+  for (int i = 0; i < 10; ++i) nodes.push_back(Node("n" + std::to_string(i), 8));
+  nodes[7].templates = {"py:v1"};
+  Placer p(3, 7);
+  for (int i = 0; i < 100; ++i) {
+    auto c = p.Candidates(nodes, {.memory_bytes = kGiB, .template_ref = "py:v1"}, nullptr);
+    ASSERT_EQ(c.size(), 3u);
+    EXPECT_EQ(c.front(), "n7") << "round " << i;
+  }
+}
+
+TEST(PlacerTest, ReadsTheTemplatesOfANodeRecord) {
+  auto j = ParseJson(R"({"templates": {"py:v1": {"digest": "sha256:1", "created_ms": 5}}})");
+  ASSERT_TRUE(j);
+  NodeLoad n = NodeLoad::FromRecord("x", *j);
+  EXPECT_TRUE(n.HasTemplate("py:v1"));
+  EXPECT_TRUE(n.HasTemplate("sha256:1"));
+  EXPECT_TRUE(n.HasTemplate(""));
+  EXPECT_FALSE(n.HasTemplate("py"));
+  EXPECT_FALSE(n.HasTemplate("py:v2"));
+}
+
 }  // namespace
 }  // namespace space::cluster

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "api/e2b/parse.h"
 #include "api/parse.h"
 #include "api/views.h"
 
@@ -30,6 +31,31 @@ bool MatchesFilter(const Json& view, const core::SandboxFilter& f) {
     if (!meta || JsonStringOr(*meta, k.c_str(), "\x01") != v) return false;
   }
   return true;
+}
+
+// E2B's GET /v2/sandboxes through a gateway: each node answered one page after the
+// client's cursor (start time, then id: an order every node shares), so the merged page
+// is the first `limit` of their union in that order, and the next token is the cursor of
+// its last item whenever anything is left on any node.
+void PageE2b(const Ctx& ctx, Json& merged, bool more, std::vector<std::pair<std::string, std::string>>* headers) {
+  auto q = api::e2b::ParseListQuery([&](const std::string& k) { return ctx.QueryAll(k); }, true);
+  if (!q) return;  // every node accepted it
+  auto cursor = [](const Json& item) {
+    api::e2b::PageCursor c;
+    c.id = JsonStringOr(item, "sandboxID", "");
+    auto ms = api::e2b::ParseRfc3339(JsonStringOr(item, "startedAt", ""));
+    c.created_ms = ms ? *ms : 0;
+    return c;
+  };
+  const bool asc = q->ascending;
+  std::stable_sort(merged.begin(), merged.end(), [&](const Json& a, const Json& b) {
+    return api::e2b::AfterCursor(cursor(b), cursor(a), asc);
+  });
+  if (q->limit > 0 && merged.size() > q->limit) {
+    more = true;
+    merged.erase(merged.begin() + static_cast<std::ptrdiff_t>(q->limit), merged.end());
+  }
+  if (more && !merged.empty()) headers->emplace_back("X-Next-Token", api::e2b::EncodePageToken(cursor(merged.back())));
 }
 
 }  // namespace
@@ -137,8 +163,11 @@ Awaitable<void> Gateway::Impl::Create(Ctx& ctx, Surface form) {
   cluster::PlacementRequest want;
   std::string only_node;
   if (auto j = ParseJson(body.empty() ? "{}" : body); j && j->is_object()) {
+    if (std::string t = JsonStringOr(*j, "templateID", ""); form == Surface::kE2b && !t.empty())
+      want.template_ref = api::e2b::TemplateRef(t);
     if (form == Surface::kV1) {
       want.runtime = JsonStringOr(*j, "runtime", "");
+      want.template_ref = JsonStringOr(*j, "template", "");
       if (const Json* l = JsonField(*j, "limits"); l && l->is_object()) {
         want.memory_bytes = JsonIntOr(*l, "memory_bytes", 0);
         if (const Json* c = JsonField(*l, "cpus"); c && c->is_number())
@@ -261,6 +290,8 @@ Awaitable<void> Gateway::Impl::List(Ctx& ctx, Surface form) {
   }
   Json merged = Json::array();
   std::set<std::string> seen, answered;
+  bool more = false;                 // a node had another page
+  std::optional<int64_t> running;    // E2B v2's X-Total-Running, summed
   for (const std::string& node : LiveNodes()) {
     auto req = Outgoing(ctx, "");
     Answer a = co_await Exchange(node, req, kListTimeout);
@@ -275,6 +306,8 @@ Awaitable<void> Gateway::Impl::List(Ctx& ctx, Surface form) {
     if (j && form == Surface::kE2b) items = &*j;
     if (!items || !items->is_array()) continue;
     answered.insert(node);
+    if (!a.res["X-Next-Token"].empty()) more = true;
+    if (auto r = a.res["X-Total-Running"]; !r.empty()) running = running.value_or(0) + std::atoll(std::string(r).c_str());
     for (Json item : *items) {
       if (!item.is_object()) continue;
       std::string id = JsonStringOr(item, form == Surface::kV1 ? "id" : "sandboxID", "");
@@ -315,7 +348,10 @@ Awaitable<void> Gateway::Impl::List(Ctx& ctx, Surface form) {
     co_await ctx.Reply(200, out);
     co_return;
   }
-  co_await ctx.Reply(200, merged);
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (!ctx.segments.empty() && ctx.segments[0] == "v2") PageE2b(ctx, merged, more, &headers);
+  if (running) headers.emplace_back("X-Total-Running", std::to_string(*running));
+  co_await ctx.Reply(200, merged, headers);
 }
 
 }  // namespace space::gateway

@@ -18,6 +18,7 @@ import threading
 import time
 import unittest
 import urllib.error
+import urllib.parse
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -313,6 +314,19 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(status, 404, b)
         for url, gone in ((n2, sid), (n3, sb3["sandbox"]["id"])):
             self.assertIn(http("DELETE", f"{url}/v1/sandboxes/{gone}")[0], (200, 202))
+        # Through a gateway, creates from a template only n1 has go to n1 (no pull), while
+        # it has room.
+        status, b = http("POST", n1 + "/v1/templates?wait=60s",
+                         {"name": "ci-local", "tag": "v1", "spec": "FROM base\nRUN echo local > /marker\n"},
+                         timeout=90)
+        self.assertEqual(status, 201, b)
+        wait_until(lambda: "ci-local:v1" in etcd_prefix("/space/nodes/")["n1"].get("templates", {}), 10,
+                   "n1 to publish ci-local")
+        for _ in range(3):
+            status, sb = create(body={"template": "ci-local:v1"})
+            self.assertEqual(status, 201, sb)
+            self.assertEqual(sb["sandbox"]["node"], "n1", sb)
+            self.assertIn(http("DELETE", f"{C['url']}/v1/sandboxes/{sb['sandbox']['id']}?wait=30s")[0], (200, 202))
 
     def test_01d_a_snapshot_restores_on_another_node_by_shipping(self):
         """A filesystem snapshot taken on n1 restores on n2: n2 ships it in first."""
@@ -565,6 +579,21 @@ class ClusterTest(unittest.TestCase):
         status, lst = http("GET", g1 + "/v2/sandboxes", headers=e2b, key=False)
         self.assertEqual(status, 200, lst)
         self.assertIn(sid, [x["sandboxID"] for x in lst])
+        # Pages across nodes: every sandbox once, newest first, X-Next-Token until the end.
+        everything = sorted(lst, key=lambda x: (x["startedAt"], x["sandboxID"]), reverse=True)
+        self.assertGreater(len({x["sandboxID"] for x in lst}), 2, lst)
+        paged, token, total = [], None, None
+        for _ in range(len(lst) + 2):
+            url = g1 + "/v2/sandboxes?limit=2" + (f"&nextToken={urllib.parse.quote(token)}" if token else "")
+            with urllib.request.urlopen(urllib.request.Request(url, headers=e2b), timeout=30) as r:
+                page = json.loads(r.read())
+                token, total = r.headers.get("X-Next-Token"), r.headers.get("X-Total-Running")
+            self.assertLessEqual(len(page), 2, page)
+            paged += page
+            if not token:
+                break
+        self.assertEqual([x["sandboxID"] for x in paged], [x["sandboxID"] for x in everything])
+        self.assertEqual(int(total), sum(1 for x in lst if x["state"] == "running"))
         status, _ = http("DELETE", f"{g2}/sandboxes/{sid}", headers=e2b, key=False)
         self.assertEqual(status, 204)
         C["placed"].pop(sid, None)
