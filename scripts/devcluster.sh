@@ -111,7 +111,7 @@ start_node() {
   mkdir -p "$DIR/$n"
   chmod 711 "$DIR/$n"
   in_ns "$n" "$BIN/spaced" --role node --listen "$ip:7070" --data-dir "$DIR/$n/data" \
-    --etcd "$(etcd_endpoints)" --node-name "$n" --advertise "$ip:7070" \
+    --etcd "$(etcd_endpoints)" --node-name "$n" --node-label "node=$n" --advertise "$ip:7070" \
     --api-key-file "$DIR/api-key" --token-keys-file "$DIR/token-keys" \
     --lease-ttl "$LEASE_TTL" --sandbox-domain "$H.test" --log-level info >>"$DIR/$n.log" 2>&1 &
   echo $! >"$PIDS/$n.pid"

@@ -348,9 +348,18 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual((status, body), (200, "shipped-ok\n"))
         status, b = http("GET", f"{n2}/v1/snapshots/{snap}")
         self.assertEqual(status, 200, b)
-        for url, sid in ((n1, src), (n2, restored)):
+        # Through a gateway, where the holder cannot take it (a node_selector excludes n1 and
+        # n2 has it now too, so n3 is the only choice): the create goes to n3, which ships it.
+        status, b = create(body={"snapshot": snap, "node_selector": {"node": "n3"}})
+        self.assertEqual(status, 201, b)
+        self.assertEqual(b["sandbox"]["node"], "n3", b)
+        far = b["sandbox"]["id"]
+        status, body = http("GET", f"{C['url']}/v1/sandboxes/{far}/files?path=/data/shipped.txt")
+        self.assertEqual((status, body), (200, "shipped-ok\n"))
+        n3 = C["nodes"]["n3"]
+        for url, sid in ((n1, src), (n2, restored), (n3, far)):
             self.assertIn(http("DELETE", f"{url}/v1/sandboxes/{sid}")[0], (200, 202))
-        for url in (n1, n2):
+        for url in (n1, n2, n3):
             http("DELETE", f"{url}/v1/snapshots/{snap}")
 
     def test_02_spread_and_routing_from_both_gateways(self):
