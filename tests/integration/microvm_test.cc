@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/json.h"
+#include "sys/cgroups.h"
 
 #include "tests/integration/harness.h"
 
@@ -424,13 +425,30 @@ TEST_F(MicrovmTest, ForkARunningVm) {
   EXPECT_TRUE(QemuPids(daemon_->data_dir()).empty());
 }
 
+// As in a node Pod (docs/kubernetes.md): spaced runs in a cgroup of its own, and its end
+// is the end of everything in that cgroup. QEMU has left it for one of its own, so the VM
+// lives on, and the next spaced re-adopts it.
 TEST_F(MicrovmTest, SurvivesARestartOfSpaced) {
+  const auto hier = sys::CgroupHierarchies();
+  const std::string pod = "/space-test-pod-" + std::to_string(::getpid());
+  auto joined = sys::JoinCgroup(hier, pod, daemon_->pid());
+  ASSERT_TRUE(joined) << joined.error().message;
   std::string id = Create();
   ASSERT_FALSE(id.empty());
   auto cmd = c().StartCommand(id, {{"cmd", "sleep 1; echo after-restart"}});
   ASSERT_TRUE(cmd);
+  auto qemu = QemuPids(daemon_->data_dir());
+  ASSERT_EQ(qemu.size(), 1u);
+  auto cg = sys::ReadFile("/proc/" + std::to_string(qemu[0]) + "/cgroup");
+  ASSERT_TRUE(cg);
+  EXPECT_EQ(cg->find(pod), std::string::npos) << *cg;
+  const size_t at = cg->find("/space-vm/");
+  ASSERT_NE(at, std::string::npos) << *cg;
+  const std::string vm_cgroup = cg->substr(at, cg->find('\n', at) - at);
+  auto ended = sys::KillAndRemoveCgroup(hier, pod);
+  ASSERT_TRUE(ended) << ended.error().message;
   daemon_->Kill();
-  ASSERT_EQ(QemuPids(daemon_->data_dir()).size(), 1u) << "QEMU runs on without spaced";
+  ASSERT_EQ(QemuPids(daemon_->data_dir()), qemu) << "QEMU runs on without spaced";
   ASSERT_TRUE(daemon_->Start());
   // The restore pool of the killed spaced (its VMs wait on connections that are gone) is
   // ended by the new one, which makes none until a create asks.
@@ -441,6 +459,7 @@ TEST_F(MicrovmTest, SurvivesARestartOfSpaced) {
   auto out = c().ReadOutput(id, (*cmd)["id"].get<std::string>(), "stdout", 0);
   EXPECT_EQ(out ? out->bytes : out.error().message, "after-restart\n");
   ASSERT_TRUE(c().DeleteSandboxAndWait(id, 60s));
+  EXPECT_TRUE(sys::ExistingCgroupDirs(hier, vm_cgroup).empty()) << vm_cgroup << " outlived its VM";
 }
 
 TEST_F(MicrovmTest, AVmKilledFromOutsideIsAnError) {

@@ -116,6 +116,10 @@ Status MicrovmRuntime::Boot(const std::string& id, const VmConfig& cfg, const La
   auto child = sys::Spawn(o);
   if (!child) return tl::unexpected(std::move(child.error()).Wrap("start QEMU"));
   pid_t pid = child->Release();
+  if (auto j = sys::JoinCgroup(hierarchies_, CgroupOf(cfg.marker.empty() ? "space-vm-" + id : cfg.marker), pid);
+      !j && !cgroup_warned_.exchange(true))
+    spdlog::warn("microvm: QEMU stays in spaced's cgroup ({}): it would end with spaced's container",
+                 j.error().message);
   // QEMU is our child while we run: reap it when it ends (it then no longer counts as
   // alive). After a restart of spaced it is init's child.
   std::thread([pid] { ::waitpid(pid, nullptr, 0); }).detach();

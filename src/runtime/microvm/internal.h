@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -18,10 +19,13 @@
 #include <thread>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "agent/protocol.h"
 #include "common/json.h"
 #include "runtime/microvm/microvm.h"
 #include "runtime/microvm/qmp.h"
+#include "sys/cgroups.h"
 #include "sys/sys.h"
 
 namespace space::runtime::microvm {
@@ -316,8 +320,21 @@ class MicrovmRuntime final : public Runtime {
   Status StartPooled(PoolVm vm, const std::string& id, const std::string& hostname);
 
   void DiscardPooled(const std::string& slot) {
+    const std::string marker = Marker(slot);
     (void)Kill(slot);
+    ReleaseCgroup(marker);
     (void)sys::RemoveAll(VmDir(slot));
+  }
+
+  // QEMU's own cgroup, /space-vm/<id of its -name> in every hierarchy: outside spaced's, so
+  // that a container runtime ending spaced's container (a node Pod's restart) does not end
+  // the VMs (docs/kubernetes.md). Joined right after QEMU starts, removed with the VM.
+  static std::string CgroupOf(const std::string& marker) {
+    return "/space-vm/" + (StartsWith(marker, "space-vm-") ? marker.substr(9) : marker);
+  }
+  void ReleaseCgroup(const std::string& marker) {
+    if (auto k = sys::KillAndRemoveCgroup(hierarchies_, CgroupOf(marker)); !k)
+      spdlog::warn("microvm: cgroup {}: {}", CgroupOf(marker), k.error().message);
   }
 
   Result<std::string> Accel();
@@ -326,6 +343,8 @@ class MicrovmRuntime final : public Runtime {
   Status ProbeKvm();
 
   MicrovmOptions opts_;
+  std::vector<sys::Hierarchy> hierarchies_;
+  std::atomic<bool> cgroup_warned_{false};
   std::string unavailable_;
   int64_t tsc_khz_ = 0;
   std::mutex accel_mu_;

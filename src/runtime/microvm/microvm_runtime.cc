@@ -46,6 +46,7 @@ Status MicrovmRuntime::Init() {
   }
   (void)sys::RemoveAll(opts_.state_dir + "/tmp");
   (void)sys::MkdirAll(opts_.state_dir + "/tmp", 0711);
+  hierarchies_ = sys::CgroupHierarchies();
   // Restore-pool VMs of an earlier run (spaced was killed): their connections are gone.
   if (auto all = ListDir(opts_.state_dir + "/vms", /*hidden=*/true)) {
     for (const auto& slot : *all) {
@@ -237,9 +238,10 @@ Status MicrovmRuntime::Start(const InstanceSpec& spec) {
 
 Status MicrovmRuntime::Destroy(const std::string& id) {
   if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "bad instance id " + id);
-  SPACE_TRY(Kill(id));
-  // A VM taken from the pool left a link at its slot's name (StartPooled).
   std::string marker = Marker(id);
+  SPACE_TRY(Kill(id));
+  ReleaseCgroup(marker);
+  // A VM taken from the pool left a link at its slot's name (StartPooled).
   if (StartsWith(marker, std::string("space-vm-") + kPoolPrefix)) {
     std::string slot = VmDir(marker.substr(9));
     struct stat st;

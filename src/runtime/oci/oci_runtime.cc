@@ -25,7 +25,7 @@
 
 #include "common/json.h"
 #include "runtime/oci/bundle.h"
-#include "runtime/oci/cgroups.h"
+#include "sys/cgroups.h"
 #include "runtime/oci/mount_ns.h"
 #include "runtime/oci/netns.h"
 #include "runtime/oci/oci.h"
@@ -35,7 +35,7 @@
 namespace space::runtime {
 namespace {
 
-using oci::CgroupLayout;
+using sys::CgroupLayout;
 
 constexpr int64_t kRunTimeoutMs = 60000;
 constexpr int64_t kCmdTimeoutMs = 30000;
@@ -221,7 +221,7 @@ class OciRuntime final : public Runtime {
   std::string binary_;        // resolved path of crun/runc
   std::string runtime_root_;  // state_dir/<crun|runc>
   std::string bundles_dir_, run_dir_;
-  std::vector<oci::Hierarchy> hierarchies_;
+  std::vector<sys::Hierarchy> hierarchies_;
   bool memory_swap_ = true;
   std::optional<oci::HelperMountNs> ns_;
   // crun only: the seccomp profile compiled once, base64, for run.oci.seccomp_bpf_data
@@ -320,13 +320,13 @@ Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
     SPACE_TRY(CheckOtherSearchable(Dirname(*agent), "agent binary " + *agent));
   }
 
-  auto layout = oci::DetectCgroupLayout();
+  auto layout = sys::DetectCgroupLayout();
   if (!layout) return tl::unexpected(std::move(layout.error()).Wrap("oci"));
-  rt->hierarchies_ = oci::CgroupHierarchies();
+  rt->hierarchies_ = sys::CgroupHierarchies();
   // spaced's own cgroup in one hierarchy (pids on v1, the unified one on v2), for
   // WarmCgroupMigration.
   if (auto self = sys::ReadFile("/proc/self/cgroup")) {
-    const oci::Hierarchy* h = oci::FindHierarchy(rt->hierarchies_, "pids");
+    const sys::Hierarchy* h = sys::FindHierarchy(rt->hierarchies_, "pids");
     std::string_view rest = *self;
     while (!rest.empty()) {
       size_t nl = rest.find('\n');
@@ -383,7 +383,7 @@ Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
       ::closedir(d);
     }
   } else {
-    const oci::Hierarchy* mem = oci::FindHierarchy(rt->hierarchies_, "memory");
+    const sys::Hierarchy* mem = sys::FindHierarchy(rt->hierarchies_, "memory");
     rt->memory_swap_ = mem && sys::Exists(mem->mount_point + "/memory.memsw.limit_in_bytes");
   }
 
@@ -572,7 +572,7 @@ void OciRuntime::ShieldAgentFromOom(const std::string& id) {
   // Only the agent (the container's init) is in the cgroup right after the start. -999,
   // not -1000: the agent stays killable if nothing else is, and commands (which the
   // agent resets to 0) can at most tie with it, where the larger process loses.
-  const oci::Hierarchy* h = oci::FindHierarchy(hierarchies_, "memory");
+  const sys::Hierarchy* h = sys::FindHierarchy(hierarchies_, "memory");
   if (!h) return;
   auto procs = sys::ReadFile(h->mount_point + CgroupRel(id) + "/cgroup.procs");
   if (!procs) return;
@@ -611,7 +611,7 @@ Status OciRuntime::PauseResume(const std::string& id, bool pause) {
 
 Result<int64_t> OciRuntime::OomKills(const std::string& id) {
   if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "oci: bad id " + id);
-  const oci::Hierarchy* h = oci::FindHierarchy(hierarchies_, "memory");
+  const sys::Hierarchy* h = sys::FindHierarchy(hierarchies_, "memory");
   if (!h) return Fail(Errc::kUnavailable, "no memory cgroup hierarchy");
   // v1: memory.oom_control has "oom_kill N" (Linux 4.13+); v2: memory.events.
   const std::string file =
@@ -651,7 +651,7 @@ Result<Runtime::Usage> OciRuntime::ResourceUsage(const std::string& id) {
   if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "oci: bad id " + id);
   Usage u;
   // CPU: v1 cpuacct.usage (ns); v2 cpu.stat usage_usec.
-  if (const oci::Hierarchy* h = oci::FindHierarchy(hierarchies_, "cpuacct")) {
+  if (const sys::Hierarchy* h = sys::FindHierarchy(hierarchies_, "cpuacct")) {
     const std::string dir = h->mount_point + CgroupRel(id);
     if (!sys::Exists(dir)) return Fail(Errc::kNotFound, "no cgroup " + dir);
     if (h->v2) {
@@ -664,7 +664,7 @@ Result<Runtime::Usage> OciRuntime::ResourceUsage(const std::string& id) {
     }
   }
   // Memory, as `docker stats` counts it: usage minus the inactive page cache.
-  if (const oci::Hierarchy* h = oci::FindHierarchy(hierarchies_, "memory")) {
+  if (const sys::Hierarchy* h = sys::FindHierarchy(hierarchies_, "memory")) {
     const std::string dir = h->mount_point + CgroupRel(id);
     if (!sys::Exists(dir)) return Fail(Errc::kNotFound, "no cgroup " + dir);
     int64_t usage = FileValue(dir + (h->v2 ? "/memory.current" : "/memory.usage_in_bytes"));
@@ -681,7 +681,7 @@ Result<Runtime::Usage> OciRuntime::ResourceUsage(const std::string& id) {
 }
 
 Status OciRuntime::FreezeDirect(const std::string& id, bool freeze) {
-  const oci::Hierarchy* h = oci::FindHierarchy(hierarchies_, "freezer");
+  const sys::Hierarchy* h = sys::FindHierarchy(hierarchies_, "freezer");
   if (!h) return Fail(Errc::kUnavailable, "no freezer hierarchy");
   const std::string dir = h->mount_point + CgroupRel(id);
   if (!sys::Exists(dir)) return Fail(Errc::kNotFound, "no cgroup " + dir);
@@ -735,7 +735,7 @@ Status OciRuntime::Destroy(const std::string& id) {
   }
   // Whatever the runtime left (or never got to clean, after a failed start): kill what is
   // still in the cgroup and remove the cgroup directories.
-  auto k = oci::KillAndRemoveCgroup(hierarchies_, CgroupRel(id));
+  auto k = sys::KillAndRemoveCgroup(hierarchies_, CgroupRel(id));
   if (!k) problems.push_back(k.error().message);
   if (sys::Exists(state)) {
     // The processes are gone now, so a second delete can succeed; failing that, the
@@ -765,7 +765,7 @@ Status OciRuntime::Destroy(const std::string& id) {
   if (!rr) problems.push_back(rr.error().message);
 
   bool gone = !sys::Exists(state) && !sys::Exists(BundleDir(id)) && !sys::Exists(RunDir(id)) &&
-              oci::ExistingCgroupDirs(hierarchies_, CgroupRel(id)).empty();
+              sys::ExistingCgroupDirs(hierarchies_, CgroupRel(id)).empty();
   if (gone) return Ok();
   std::string msg = "oci: destroy " + id + ":";
   for (const auto& p : problems) msg += " " + p + ";";

@@ -24,13 +24,13 @@
 #include <sstream>
 #include <thread>
 
-#include "runtime/oci/cgroups.h"
+#include "sys/cgroups.h"
 #include "sys/sys.h"
 
 namespace space::runtime {
 namespace {
 
-using oci::CgroupLayout;
+using sys::CgroupLayout;
 
 bool InPath(const std::string& name) {
   for (const char* d :
@@ -185,10 +185,10 @@ class OciTest : public ::testing::Test {
     auto rt = CreateOciRuntime(opts_);
     ASSERT_TRUE(rt) << rt.error().message;
     rt_ = std::move(*rt);
-    auto layout = oci::DetectCgroupLayout();
+    auto layout = sys::DetectCgroupLayout();
     ASSERT_TRUE(layout);
     layout_ = *layout;
-    hier_ = oci::CgroupHierarchies();
+    hier_ = sys::CgroupHierarchies();
   }
 
   void TearDown() override {
@@ -227,7 +227,7 @@ class OciTest : public ::testing::Test {
   Status Start(const InstanceSpec& s) { return StartOn(rt_.get(), s); }
 
   std::string CgroupDir(const std::string& controller, const std::string& id) {
-    const oci::Hierarchy* h = oci::FindHierarchy(hier_, controller);
+    const sys::Hierarchy* h = sys::FindHierarchy(hier_, controller);
     if (!h) return "";
     return h->mount_point + "/" + opts_.cgroup_parent + "/" + id;
   }
@@ -255,7 +255,7 @@ class OciTest : public ::testing::Test {
     EXPECT_FALSE(sys::Exists(o.state_dir + "/" + kind + "/" + id)) << "runtime state left";
     EXPECT_FALSE(sys::Exists(o.state_dir + "/bundles/" + id)) << "bundle left";
     EXPECT_FALSE(sys::Exists(o.state_dir + "/run/" + id)) << "run dir left";
-    EXPECT_TRUE(oci::ExistingCgroupDirs(hier_, "/" + o.cgroup_parent + "/" + id).empty())
+    EXPECT_TRUE(sys::ExistingCgroupDirs(hier_, "/" + o.cgroup_parent + "/" + id).empty())
         << "cgroup dirs left";
     EXPECT_TRUE(sys::MountsUnder(o.state_dir + "/bundles/" + id).empty()) << "mount left";
     EXPECT_TRUE(sys::MountsUnder(o.state_dir + "/run/" + id).empty()) << "mount left";
@@ -284,7 +284,7 @@ class OciTest : public ::testing::Test {
   std::vector<std::unique_ptr<Runtime>> others_;  // destroyed after started_ is cleaned
   std::vector<std::pair<Runtime*, std::string>> started_;
   CgroupLayout layout_ = CgroupLayout::kV1;
-  std::vector<oci::Hierarchy> hier_;
+  std::vector<sys::Hierarchy> hier_;
 };
 
 TEST_F(OciTest, AgentRunsAsIsolatedPid1) {

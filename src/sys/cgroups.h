@@ -1,16 +1,19 @@
-// cgroups: what the OCI backend needs to know about the host's cgroup mounts, and a
-// last-resort killer for the processes of one container's cgroup.
+// cgroups: what the runtimes need to know about the host's cgroup mounts, a way to put a
+// process in a cgroup of its own (microVMs' QEMU), and a last-resort killer for the
+// processes of one sandbox's cgroup.
 //
-// Stateless free functions; safe to call from any thread. Internal to runtime/oci (the
-// tests use it to look at what crun configured).
+// Stateless free functions; safe to call from any thread. The tests use them to look at
+// what crun configured.
 #pragma once
+
+#include <sys/types.h>
 
 #include <string>
 #include <vector>
 
 #include "common/common.h"
 
-namespace space::runtime::oci {
+namespace space::sys {
 
 enum class CgroupLayout {
   kV1,      // only v1 hierarchies (/sys/fs/cgroup/<controller>)
@@ -39,8 +42,14 @@ const Hierarchy* FindHierarchy(const std::vector<Hierarchy>& all, std::string_vi
 [[nodiscard]] Status KillAndRemoveCgroup(const std::vector<Hierarchy>& hierarchies,
                                          const std::string& rel);
 
+// Moves `pid` into the cgroup `rel` ("/space-vm/<id>") of every hierarchy, made if missing
+// (a v1 cpuset one inherits its parent's cpus and mems). The process then no longer belongs
+// to the caller's cgroup, so whatever kills that one (a container runtime replacing spaced's
+// container) leaves it running. An error names the hierarchies that refused it.
+[[nodiscard]] Status JoinCgroup(const std::vector<Hierarchy>& hierarchies, const std::string& rel, pid_t pid);
+
 // Cgroup directories `rel` that still exist, over all hierarchies.
 std::vector<std::string> ExistingCgroupDirs(const std::vector<Hierarchy>& hierarchies,
                                             const std::string& rel);
 
-}  // namespace space::runtime::oci
+}  // namespace space::sys

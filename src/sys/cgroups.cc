@@ -1,4 +1,4 @@
-#include "runtime/oci/cgroups.h"
+#include "sys/cgroups.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -18,7 +18,7 @@
 
 #include "sys/sys.h"
 
-namespace space::runtime::oci {
+namespace space::sys {
 
 std::string_view CgroupLayoutName(CgroupLayout l) {
   switch (l) {
@@ -222,4 +222,35 @@ Status KillAndRemoveCgroup(const std::vector<Hierarchy>& hierarchies, const std:
   return result;
 }
 
-}  // namespace space::runtime::oci
+Status JoinCgroup(const std::vector<Hierarchy>& hierarchies, const std::string& rel, pid_t pid) {
+  std::string refused;
+  for (const Hierarchy& h : hierarchies) {
+    const bool cpuset = !h.v2 && std::find(h.controllers.begin(), h.controllers.end(), "cpuset") != h.controllers.end();
+    // Each level below the mount point, made in turn (cpuset's need their cpus and mems
+    // before they can take a task).
+    std::string dir = h.mount_point;
+    bool ok = true;
+    for (size_t at = 1; ok && at <= rel.size();) {
+      size_t next = rel.find('/', at);
+      if (next == std::string::npos) next = rel.size();
+      const std::string parent = dir;
+      dir += "/" + rel.substr(at, next - at);
+      at = next + 1;
+      if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) ok = false;
+      if (ok && cpuset) {
+        for (const char* f : {"/cpuset.cpus", "/cpuset.mems"}) {
+          auto cur = sys::ReadFile(dir + f);
+          if (cur && cur->find_first_not_of(" \n") != std::string::npos) continue;
+          auto from = sys::ReadFile(parent + f);
+          ok = ok && from && WriteSmall(dir + f, *from);
+        }
+      }
+    }
+    if (!ok || !WriteSmall(dir + "/cgroup.procs", std::to_string(pid)))
+      refused += (refused.empty() ? "" : ", ") + h.mount_point;
+  }
+  if (!refused.empty()) return Fail(Errc::kInternal, "cgroup " + rel + " refused pid " + std::to_string(pid) + " in " + refused);
+  return {};
+}
+
+}  // namespace space::sys
