@@ -150,9 +150,18 @@ Json NodeRole::Describe() {
         templates[t.name + ":" + t.tag] = {{"digest", t.digest}, {"created_ms", t.created_ms}};
     }
   }
+  // The volumes here (name: id): a gateway sends their requests, and the sandboxes that
+  // mount them, to this node.
+  Json volumes = Json::object();
+  if (platform_) {
+    if (auto vs = platform_->ListVolumes()) {
+      for (const auto& v : *vs) volumes[v.name] = v.id;
+    }
+  }
   cluster::NodeAgent* a = live_.load();
   return {{"address", flags_.advertise},
           {"templates", templates},
+          {"volumes", volumes},
           {"runtimes", runtimes},
           {"labels", labels_},
           {"cpus", cpus},

@@ -230,6 +230,14 @@ Awaitable<void> Gateway::Impl::Dispatch(Ctx& ctx) {
     co_await ToSandbox(ctx, Surface::kV1, s[2]);
     co_return;
   }
+  if (s.size() >= 2 && s[0] == "v1" && s[1] == "volumes") {
+    co_await Volumes(ctx, Surface::kV1);
+    co_return;
+  }
+  if (!s.empty() && (s[0] == "volumes" || (s[0] == "volumecontent" && s.size() >= 2))) {
+    co_await Volumes(ctx, Surface::kE2b);
+    co_return;
+  }
   if (s.size() == 2 && s[0] == "v1" && s[1] == "events" && ctx.method == "GET") {
     co_await Events(ctx);
     co_return;
@@ -253,7 +261,7 @@ Awaitable<void> Gateway::Impl::Dispatch(Ctx& ctx) {
   const Surface form = StartsWithPath(ctx.path, "/v1/") || StartsWithPath(ctx.path, "/ui") ? Surface::kV1 : Surface::kE2b;
   // Lookups by an id only one node knows.
   if (ctx.method == "GET" && s.size() == 3 && s[0] == "v1" &&
-      (s[1] == "operations" || s[1] == "snapshots" || s[1] == "volumes")) {
+      (s[1] == "operations" || s[1] == "snapshots")) {
     co_await Find(ctx, form);
     co_return;
   }

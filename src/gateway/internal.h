@@ -51,6 +51,8 @@ struct Gateway::Impl {
   // Records seen live without a route: since when (monotonic ms), for the lost grace.
   std::mutex mu;
   std::map<std::string, int64_t> missing_since;
+  // Volumes this gateway made (name and id -> node, monotonic ms), until records say so.
+  std::map<std::string, std::pair<std::string, int64_t>> recent_volumes;
   std::condition_variable cv;
   bool stopping = false;
   std::thread upkeep;
@@ -73,6 +75,13 @@ struct Gateway::Impl {
   Awaitable<void> List(Ctx& ctx, Surface form);
   // GET /v1/events: every live node's stream, merged (events.cc).
   Awaitable<void> Events(Ctx& ctx);
+  // ---- volumes.cc
+  Awaitable<void> Volumes(Ctx& ctx, Surface form);
+  // The node holding volume `ref` (name or id) by the nodes' records and what this gateway
+  // made lately; FindVolume asks the nodes too.
+  std::optional<std::string> VolumeNode(const std::string& ref);
+  Awaitable<std::optional<std::string>> FindVolume(Ctx& ctx, const std::string& ref);
+  void RememberVolume(const std::string& node, const Json& answer);
   // A GET of something whose node is not known (an operation, a snapshot): the first
   // node that has it answers.
   Awaitable<void> Find(Ctx& ctx, Surface form);

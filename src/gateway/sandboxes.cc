@@ -214,6 +214,27 @@ Awaitable<void> Gateway::Impl::Create(Ctx& ctx, Surface form) {
       }
     }
   }
+  // Volumes stay on their node: a sandbox mounting some goes there, or nowhere.
+  std::string pinned;
+  if (auto j = ParseJson(body.empty() ? "{}" : body); j && j->is_object()) {
+    const Json* mounts = JsonField(*j, form == Surface::kV1 ? "volumes" : "volumeMounts");
+    if (mounts && mounts->is_array()) {
+      std::string first;
+      for (const Json& m : *mounts) {
+        std::string vol = JsonStringOr(m, "name", "");
+        if (vol.empty()) continue;
+        std::optional<std::string> holder = co_await FindVolume(ctx, vol);
+        if (!holder) continue;  // the node says what is wrong with it
+        if (!pinned.empty() && *holder != pinned) {
+          co_await ReplyFail(ctx, form, 409, "volumes " + first + " and " + vol + " are on different nodes (" +
+                                                 pinned + ", " + *holder + "): a sandbox mounts volumes of one node");
+          co_return;
+        }
+        pinned = *holder;
+        first = vol;
+      }
+    }
+  }
   // What a node gives a sandbox that names no limits (core's defaults), so that
   // reservations count it.
   if (want.memory_bytes <= 0) want.memory_bytes = 512ll << 20;
@@ -230,6 +251,21 @@ Awaitable<void> Gateway::Impl::Create(Ctx& ctx, Surface form) {
     std::string unused;
     candidates.erase(std::remove(candidates.begin(), candidates.end(), only_node), candidates.end());
     if (!placer.Candidates(holder, want, &unused).empty()) candidates.insert(candidates.begin(), only_node);
+  }
+  if (!pinned.empty()) {
+    std::vector<cluster::NodeLoad> holder;
+    for (const auto& l : loads)
+      if (l.name == pinned) holder.push_back(l);
+    std::string held_why;
+    candidates = placer.Candidates(holder, want, &held_why);
+    if (candidates.empty()) {
+      // (The message is made outside the co_await: g++ 12 mishandles conditional
+      // temporaries inside one.)
+      if (held_why.empty()) held_why = "it is not live";
+      const std::string message = "node " + pinned + ", which holds the sandbox's volumes, cannot take it: " + held_why;
+      co_await ReplyFail(ctx, form, 503, message);
+      co_return;
+    }
   }
   if (candidates.empty()) {
     std::string message = "no node can take this sandbox: " + (why.empty() ? std::string("no live node") : why);

@@ -413,6 +413,42 @@ class ClusterTest(unittest.TestCase):
         finally:
             ev.close()
 
+    def test_02c_volumes_live_on_their_node(self):
+        """A volume made through one gateway: found by the other at once, its sandboxes placed
+        on its node, its files reached there, listed once, its name taken cluster-wide."""
+        g1, g2 = C["gateways"]
+        name = "ci-vol-" + os.urandom(3).hex()
+        status, v = http("POST", g1 + "/v1/volumes", {"name": name})
+        self.assertEqual(status, 201, v)
+        home = v["node"]
+        status, b = create(g2, {"volumes": [{"name": name, "path": "/mnt/v"}]})
+        self.assertEqual(status, 201, b)
+        self.assertEqual(b["sandbox"]["node"], home, b)
+        sid = b["sandbox"]["id"]
+        status, cmd = http("POST", f"{g2}/v1/sandboxes/{sid}/commands", {"cmd": "echo from-" + sid + " > /mnt/v/x"})
+        self.assertEqual(status, 201, cmd)
+        http("GET", f"{g2}/v1/sandboxes/{sid}/commands/{cmd['id']}/output?stream=stdout&wait=30s", timeout=40)
+        status, body = http("GET", f"{g2}/v1/volumes/{name}/files?path=/x")
+        self.assertEqual((status, body), (200, f"from-{sid}\n"))
+        status, b = http("POST", g2 + "/v1/volumes", {"name": name})
+        self.assertEqual(status, 409, b)
+        wait_until(lambda: name in etcd_prefix("/space/nodes/")[home].get("volumes", {}), 10, "its node to publish it")
+        status, lst = http("GET", g1 + "/v1/volumes")
+        self.assertEqual(status, 200, lst)
+        self.assertEqual([x["node"] for x in lst["volumes"] if x["name"] == name], [home])
+        status, e2b = http("GET", g2 + "/volumes", headers={"X-API-KEY": C["key"]}, key=False)
+        self.assertEqual(status, 200, e2b)
+        self.assertIn(name, [x["name"] for x in e2b])
+        # Mounting it where it is not cannot be asked for: the node_selector and the volume disagree.
+        other = next(n for n in C["nodes"] if n != home)
+        status, b = create(g1, {"volumes": [{"name": name, "path": "/mnt/v"}], "node_selector": {"node": other}})
+        self.assertEqual(status, 503, b)
+        self.assertIn(home, json.dumps(b))
+        self.assertIn(http("DELETE", f"{g1}/v1/sandboxes/{sid}?wait=30s")[0], (200, 202))
+        status, b = http("DELETE", f"{g2}/v1/volumes/{name}")
+        self.assertEqual(status, 200, b)
+        wait_until(lambda: http("GET", f"{g1}/v1/volumes/{name}")[0] == 404, 10, "the volume gone")
+
     def test_03_two_gateways_race_for_one_id(self):
         sid = "sb-race" + os.urandom(6).hex()[:12]
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
