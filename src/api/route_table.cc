@@ -38,6 +38,13 @@ constexpr RouteEntry kRoutes[] = {
     {"POST", "/v2/sandboxes/{sandboxID}/connect", Surface::kE2b},
     {"GET", "/snapshots", Surface::kE2b},
     {"DELETE", "/templates/{templateID}", Surface::kE2b},
+    // E2B's template builds (e2b/routes_e2b_templates.cc, docs/e2b-compat.md).
+    {"POST", "/v3/templates", Surface::kE2b},
+    {"GET", "/templates/{templateID}/files/{hash}", Surface::kE2b},
+    {"PUT", "/e2b-template-files/{hash}", Surface::kE2b},
+    {"POST", "/v2/templates/{templateID}/builds/{buildID}", Surface::kE2b},
+    {"GET", "/templates/{templateID}/builds/{buildID}/status", Surface::kE2b},
+    {"GET", "/templates/aliases/{alias}", Surface::kE2b},
     // E2B volumes (e2b/routes_e2b_volumes.cc, docs/volumes.md).
     {"GET", "/volumes", Surface::kE2b},
     {"POST", "/volumes", Surface::kE2b},

@@ -92,6 +92,7 @@ Awaitable<void> RouteRequest(Ctx& ctx) {
   } else if (route->surface == Surface::kE2b) {
     // The control plane checks X-API-KEY itself.
     served = co_await e2b::RouteVolumes(ctx);
+    if (!served) served = co_await e2b::RouteTemplates(ctx);
     if (!served) served = co_await e2b::RouteControl(ctx);
   } else {
     if (!co_await Authorize(ctx)) co_return;

@@ -6,6 +6,8 @@
 import assert from 'node:assert/strict'
 import fs from 'node:fs'
 import http from 'node:http'
+import os from 'node:os'
+import path from 'node:path'
 import { after, before, describe, test } from 'node:test'
 
 // E2B_SDK_PACKAGE names the SDK release to drive: `e2b` (the newest pinned) or one of the
@@ -23,6 +25,8 @@ const {
   Volume,
   VolumeError,
   FilesystemEventType,
+  Template,
+  BuildError,
 } = await import(SDK_PACKAGE)
 const SDK_VERSION = JSON.parse(
   fs.readFileSync(new URL(`./node_modules/${SDK_PACKAGE}/package.json`, import.meta.url), 'utf8'),
@@ -503,6 +507,44 @@ function getThrough(host, headers = {}) {
     req.end()
   })
 }
+
+describe('templates', { skip: typeof Template?.build === 'function' ? false : 'this SDK release has no Template.build' }, () => {
+  test('Template.build: FROM a SPACE template, COPY from the context, RUN, ENV, WORKDIR; then a sandbox of it', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'e2b-tpl-'))
+    fs.writeFileSync(path.join(dir, 'hello.txt'), 'hello from the context\n')
+    fs.mkdirSync(path.join(dir, 'sub'))
+    fs.writeFileSync(path.join(dir, 'sub', 'a.txt'), 'a\n')
+    const name = `ci-e2b-${process.pid}`
+    const tpl = Template({ fileContextPath: dir })
+      .fromTemplate('base:latest')
+      .copy('hello.txt', '/data/hello.txt')
+      .copy('sub', '/data/sub')
+      .runCmd('echo built > /built')
+      .setEnvs({ GREETING: 'hi "there" $HOME' })
+      .setWorkdir('/data')
+    const logs = []
+    const info = await Template.build(tpl, `${name}:v1`, { onBuildLogs: (e) => logs.push(String(e.message ?? e)) })
+    assert.ok(info.buildId, JSON.stringify(info))
+    assert.ok(logs.some((l) => l.includes('echo built')), logs.join('\n'))
+    const sbx = await Sandbox.create(`${name}:v1`, { timeoutMs: 120_000 })
+    created.push(sbx)
+    const r = await sbx.commands.run('cat hello.txt sub/a.txt /built; echo "$GREETING"; pwd')
+    assert.equal(r.stdout, 'hello from the context\na\nbuilt\nhi "there" $HOME\n/data\n')
+    // A second build of the same files finds them uploaded already, and builds again.
+    const again = await Template.build(tpl, `${name}:v2`)
+    assert.notEqual(again.buildId, info.buildId)
+  })
+
+  test('a failing step is a BuildError with the reason; an image SPACE cannot pull is one too', async () => {
+    const failing = Template().fromTemplate('base:latest').runCmd('echo nope >&2; exit 3')
+    await assert.rejects(Template.build(failing, `ci-e2b-fail-${process.pid}`), (e) => {
+      assert.ok(e instanceof BuildError, String(e))
+      return true
+    })
+    const image = Template().fromImage('example.invalid/some/image:1')
+    await assert.rejects(Template.build(image, `ci-e2b-img-${process.pid}`), /pulls no images/)
+  })
+})
 
 describe('ports', () => {
   test('getHost and trafficAccessToken with allowPublicTraffic: false', async () => {

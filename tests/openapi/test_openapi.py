@@ -3,8 +3,11 @@ what GET /openapi.json serves, every route in it is served (the route table and 
 name the same routes: api_routes_test), and the answers of real use of every route validate
 against its schemas."""
 
+import io
 import json
+import tarfile
 import time
+import urllib.parse
 
 import openapi_spec_validator
 import pytest
@@ -260,6 +263,73 @@ def test_volume_answers_validate(api):
         api.call("DELETE", "/volumes/{volumeID}", params={"volumeID": other["volumeID"]}, auth=False, headers=e2b, expect=404)
     finally:
         api.call("DELETE", "/v1/volumes/{volume}", params=vp, expect=200)
+
+
+def test_e2b_template_build_answers_validate(api):
+    """E2B's template build API (Template.build's calls): every route, good and bad input."""
+    e2b = {"X-API-KEY": api.key}
+    name = f"openapi-tpl-{int(time.time() * 1000)}"
+    req = api.call("POST", "/v3/templates", body={"name": name, "tags": ["v1"], "cpuCount": 1, "memoryMB": 512},
+                   auth=False, headers=e2b, expect=202).json()
+    assert (req["templateID"], req["tags"]) == (name, ["v1"])
+    api.call("POST", "/v3/templates", body={"name": "Bad Name!"}, auth=False, headers=e2b, expect=400)
+    api.call("POST", "/v3/templates", body={"tags": ["x"]}, auth=False, headers=e2b, expect=400)
+    api.call("POST", "/v3/templates", body={"name": name}, auth=False, expect=401)
+
+    files = {"templateID": name, "hash": "ab" * 32}
+    link = api.call("GET", "/templates/{templateID}/files/{hash}", params=files, auth=False, headers=e2b,
+                    expect=201).json()
+    assert link["present"] is False and "/e2b-template-files/" in link["url"], link
+    api.call("GET", "/templates/{templateID}/files/{hash}", params={**files, "hash": "nothex"}, auth=False,
+             headers=e2b, expect=400)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = b"copied\n"
+        info = tarfile.TarInfo("f.txt")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    sig = urllib.parse.parse_qs(urllib.parse.urlparse(link["url"]).query)["sig"][0]
+    api.call("PUT", "/e2b-template-files/{hash}", params={"hash": files["hash"]}, query={"sig": "0" * 64},
+             auth=False, body=buf.getvalue(), content_type="application/octet-stream", expect=403)
+    api.call("PUT", "/e2b-template-files/{hash}", params={"hash": files["hash"]}, query={"sig": sig},
+             auth=False, body=buf.getvalue(), content_type="application/octet-stream", expect=200)
+    again = api.call("GET", "/templates/{templateID}/files/{hash}", params=files, auth=False, headers=e2b,
+                     expect=201).json()
+    assert again == {"present": True}, again
+
+    build = {"templateID": name, "buildID": req["buildID"]}
+    api.call("GET", "/templates/{templateID}/builds/{buildID}/status", params=build, auth=False, headers=e2b,
+             expect=200)
+    steps = {"fromTemplate": "base:latest", "steps": [
+        {"type": "COPY", "args": ["f.txt", "/f.txt", "", ""], "filesHash": files["hash"]},
+        {"type": "RUN", "args": ["cat /f.txt"]}, {"type": "ENV", "args": ["A", "b"]},
+        {"type": "WORKDIR", "args": ["/"]}], "startCmd": "sleep 1000", "readyCmd": "true"}
+    api.call("POST", "/v2/templates/{templateID}/builds/{buildID}", params={**build, "buildID": "bld-nosuch"},
+             auth=False, headers=e2b, body=steps, expect=404)
+    api.call("POST", "/v2/templates/{templateID}/builds/{buildID}", params=build, auth=False, headers=e2b,
+             body={"fromImage": "someone/image:1"}, expect=400)
+    api.call("POST", "/v2/templates/{templateID}/builds/{buildID}", params=build, auth=False, headers=e2b,
+             body={"fromTemplate": "base:latest", "steps": [{"type": "ADD", "args": ["x"]}]}, expect=400)
+    api.call("POST", "/v2/templates/{templateID}/builds/{buildID}", params=build, auth=False, headers=e2b,
+             body=steps, expect=202)
+    api.call("POST", "/v2/templates/{templateID}/builds/{buildID}", params=build, auth=False, headers=e2b,
+             body=steps, expect=409)
+    end = time.monotonic() + 120
+    while True:
+        st = api.call("GET", "/templates/{templateID}/builds/{buildID}/status", params=build, auth=False,
+                      headers=e2b, expect=200).json()
+        if st["status"] in ("ready", "error") or time.monotonic() > end:
+            break
+        time.sleep(0.5)
+    assert st["status"] == "ready", st
+    logs = api.call("GET", "/templates/{templateID}/builds/{buildID}/status", params=build, query={"logsOffset": 0},
+                    auth=False, headers=e2b, expect=200).json()
+    assert any("copied" in m for m in logs["logs"]), logs
+    api.call("GET", "/templates/{templateID}/builds/{buildID}/status", params=build, query={"logsOffset": -1},
+             auth=False, headers=e2b, expect=400)
+    api.call("GET", "/templates/aliases/{alias}", params={"alias": name + ":v1"}, auth=False, headers=e2b, expect=200)
+    api.call("GET", "/templates/aliases/{alias}", params={"alias": "openapi-nosuch"}, auth=False, headers=e2b,
+             expect=404)
 
 
 def test_every_route_was_validated(api, spec):

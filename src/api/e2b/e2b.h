@@ -40,6 +40,8 @@ Awaitable<bool> RouteControl(Ctx& ctx);
 Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sandbox_id);
 // E2B volumes: /volumes and /volumecontent (routes_e2b_volumes.cc, docs/volumes.md).
 Awaitable<bool> RouteVolumes(Ctx& ctx);
+// E2B's template build API, Template.build's calls (routes_e2b_templates.cc).
+Awaitable<bool> RouteTemplates(Ctx& ctx);
 
 // The `envdAccessToken` of a sandbox, checked on every envd request: SPACE's sandbox token
 // with every sandbox scope (expires; revoked when the sandbox is deleted).
