@@ -33,6 +33,8 @@ Awaitable<void> CreateSnapshot(Ctx& ctx, const std::string& sandbox_id);
 Awaitable<void> ListSnapshots(Ctx& ctx);
 // DELETE /templates/{id}: a snapshot id deletes that snapshot.
 Awaitable<void> DeleteTemplate(Ctx& ctx, const std::string& id);
+// The newest ready snapshot given `name` ("name[:tag]") by createSnapshot({name}); "" if none.
+std::string SnapshotByName(core::Platform* p, const std::string& name);
 Awaitable<void> Fork(Ctx& ctx, const std::string& sandbox_id);
 Awaitable<void> Logs(Ctx& ctx, const std::string& sandbox_id, bool v2);
 

@@ -148,6 +148,15 @@ Awaitable<void> Create(Ctx& ctx) {
     co_await ReplyError(ctx, req.error());
     co_return;
   }
+  // A named snapshot (createSnapshot({name})) restores its newest snapshot.
+  {
+    const std::string tid = JsonStringOr(*body, "templateID", "");
+    std::string named = co_await ctx.Blocking([&] { return SnapshotByName(p, tid); });
+    if (!named.empty()) {
+      req->snapshot_id = named;
+      req->template_ref.clear();
+    }
+  }
   // A bad volume mount is answered now, not after a built-in template's import.
   if (auto st = co_await ctx.Blocking([&] { return p->CheckVolumeMounts(req->volumes); }); !st) {
     co_await ReplyError(ctx, st.error());

@@ -7,14 +7,51 @@
 
 #include "api/e2b/control.h"
 #include "api/e2b/parse.h"
+#include "core/templates.h"
+#include "sys/sys.h"
 
 namespace space::api::e2b {
 
 namespace {
 
-Json SnapshotInfo(const store::SnapshotRecord& s) { return {{"snapshotID", s.id}, {"names", Json::array({s.id})}}; }
+// Named snapshots (createSnapshot({name})): the name of each, "name:tag", kept beside the
+// data dir's other E2B state as DATA/e2b-snapshots/{snap-id}.name. A name may be given to
+// several snapshots; it then restores (and lists first) the newest.
+std::string NamesDir(core::Platform* p) { return p->config().data_dir + "/e2b-snapshots"; }
+
+// "name" -> "name:latest"; E2B's ":default" tag is SPACE's "latest".
+std::string NormalName(const std::string& name) {
+  size_t colon = name.find(':');
+  if (colon == std::string::npos) return name + ":latest";
+  if (name.substr(colon + 1) == "default") return name.substr(0, colon) + ":latest";
+  return name;
+}
+
+std::string NameOf(core::Platform* p, const std::string& snap_id) {
+  auto n = sys::ReadFile(NamesDir(p) + "/" + snap_id + ".name");
+  return n ? *n : "";
+}
+
+Json SnapshotInfo(core::Platform* p, const store::SnapshotRecord& s) {
+  Json names = Json::array({s.id});
+  if (std::string n = NameOf(p, s.id); !n.empty()) names.push_back(n);
+  return {{"snapshotID", s.id}, {"names", names}};
+}
 
 }  // namespace
+
+std::string SnapshotByName(core::Platform* p, const std::string& name) {
+  if (name.empty() || !sys::Exists(NamesDir(p))) return "";
+  const std::string want = NormalName(name);
+  auto snaps = p->ListSnapshots("");
+  if (!snaps) return "";
+  const store::SnapshotRecord* best = nullptr;
+  for (const auto& s : *snaps) {
+    if (s.state != "ready" || NameOf(p, s.id) != want) continue;
+    if (!best || AfterCursor({best->created_ms, best->id}, {s.created_ms, s.id}, false)) best = &s;
+  }
+  return best ? best->id : "";
+}
 
 Awaitable<void> CreateSnapshot(Ctx& ctx, const std::string& sandbox_id) {
   core::Platform* p = ctx.platform;
@@ -23,11 +60,21 @@ Awaitable<void> CreateSnapshot(Ctx& ctx, const std::string& sandbox_id) {
     co_await ReplyError(ctx, body.error());
     co_return;
   }
-  const Json* name = JsonField(*body, "name");
-  if (name && !name->is_null() && !(name->is_string() && name->get<std::string>().empty())) {
-    // A SPACE snapshot is known by its id alone; a name would be silently lost.
-    co_await ReplyError(ctx, 400, "named snapshots are not supported by SPACE (a snapshot is known by its snap-… id)");
-    co_return;
+  std::string name;
+  if (const Json* n = JsonField(*body, "name"); n && !n->is_null()) {
+    if (!n->is_string()) {
+      co_await ReplyError(ctx, 400, "name must be a string");
+      co_return;
+    }
+    name = n->get<std::string>();
+  }
+  if (!name.empty()) {
+    name = NormalName(name);
+    auto ok = core::ParseTemplateRef(name);
+    if (!ok) {
+      co_await ReplyError(ctx, 400, "snapshot name: " + ok.error().message);
+      co_return;
+    }
   }
   auto rec = co_await ctx.Blocking([&] { return Visible(p, sandbox_id); });
   if (!rec) {
@@ -50,7 +97,17 @@ Awaitable<void> CreateSnapshot(Ctx& ctx, const std::string& sandbox_id) {
     co_await ReplyError(ctx, snap.error());
     co_return;
   }
-  Json reply = SnapshotInfo(*snap);
+  if (!name.empty()) {
+    auto named = co_await ctx.Blocking([&]() -> Status {
+      SPACE_TRY(sys::MkdirAll(NamesDir(p), 0700));
+      return sys::WriteFileAtomic(NamesDir(p) + "/" + snap_id + ".name", name, 0600);
+    });
+    if (!named) {
+      co_await ReplyError(ctx, named.error());
+      co_return;
+    }
+  }
+  Json reply = SnapshotInfo(p, *snap);
   co_await ctx.Reply(201, reply);
 }
 
@@ -68,9 +125,10 @@ Awaitable<void> ListSnapshots(Ctx& ctx) {
     co_return;
   }
   const std::string sandbox_id = ctx.Query("sandboxID");
-  // A name is an id here, optionally with E2B's ":default" tag.
-  std::string name = ctx.Query("name");
-  if (size_t colon = name.find(':'); colon != std::string::npos) name = name.substr(0, colon);
+  // A name is a snapshot's id (optionally with E2B's ":default" tag) or its given name.
+  const std::string name = ctx.Query("name");
+  const std::string as_id = name.substr(0, name.find(':'));
+  const std::string as_name = name.empty() ? "" : NormalName(name);
   auto snaps = co_await ctx.Blocking([&] { return p->ListSnapshots(sandbox_id); });
   if (!snaps) {
     co_await ReplyError(ctx, snaps.error());
@@ -78,7 +136,7 @@ Awaitable<void> ListSnapshots(Ctx& ctx) {
   }
   std::vector<store::SnapshotRecord> match;
   for (auto& s : *snaps) {
-    if (s.state != "ready" || (!name.empty() && s.id != name)) continue;
+    if (s.state != "ready" || (!name.empty() && s.id != as_id && NameOf(p, s.id) != as_name)) continue;
     if (*after && !AfterCursor({s.created_ms, s.id}, **after, false)) continue;
     match.push_back(std::move(s));
   }
@@ -92,7 +150,7 @@ Awaitable<void> ListSnapshots(Ctx& ctx) {
       headers.emplace_back("X-Next-Token", EncodePageToken({match[i - 1].created_ms, match[i - 1].id}));
       break;
     }
-    out.push_back(SnapshotInfo(match[i]));
+    out.push_back(SnapshotInfo(p, match[i]));
   }
   co_await ctx.Reply(200, out, headers);
 }
@@ -108,7 +166,9 @@ Awaitable<void> DeleteTemplate(Ctx& ctx, const std::string& id) {
     auto s = p->GetSnapshot(snap_id);
     if (!s) return tl::unexpected(s.error());
     if (s->state == "deleting") return Fail(Errc::kNotFound, "snapshot " + snap_id + " not found");
-    return p->DeleteSnapshot(snap_id);
+    SPACE_TRY(p->DeleteSnapshot(snap_id));
+    (void)::unlink((NamesDir(p) + "/" + snap_id + ".name").c_str());
+    return Ok();
   });
   if (!st) {
     co_await ReplyError(ctx, st.error());
