@@ -585,10 +585,7 @@ void Platform::Impl::RunDelete(std::shared_ptr<Sandbox> sb, store::OperationReco
       (void)SaveSandbox(*sb);
     }
   }
-  if (st) {
-    std::lock_guard lock(mu);
-    sandboxes.erase(sb->rec.id);
-  }
+  if (st) EraseSandbox(sb->rec.id);
   if (st) last_delete_ms = NowUnixMillis();
   if (st && JsonBoolOr(op.request, "delete_snapshots", false)) {
     if (auto snaps = store->ListSnapshots(sb->rec.id)) {
