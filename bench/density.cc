@@ -9,10 +9,19 @@
 // its RSS after the deletes against the idle figure. Bounded: the whole run stops after
 // --seconds. Exit status 0 only if every sandbox was created, answered and deleted, and
 // (with --max-rss-growth) spaced's RSS came back within that fraction of its idle figure.
+//
+// With --rates M (create and delete rates, issue 17): after the N idle sandboxes are up,
+// --clients clients (16) create M more and then delete them, each client one request at a
+// time: POST /v1/sandboxes without wait, then the operation waited for; likewise DELETE.
+// Reports creates/s and deletes/s (M over the wall time from the first request to the last
+// operation's end) and, per create, the time to the 202 ("accepted") and to running.
+// --min-create-rate, --min-delete-rate and --max-create-p99 turn the figures into a verdict.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <functional>
+#include <memory>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -81,6 +90,60 @@ void ForAll(int n, int parallel, F fn) {
   for (auto& t : ts) t.join();
 }
 
+struct Phase {
+  int done = 0;
+  double seconds = 0;
+  std::vector<double> accept_ms, finish_ms;
+};
+
+// M creates (or deletes of `ids`) by `clients` clients, one request at a time each.
+Phase RatePhase(const std::string& url, const std::string& key, const client::ClientOptions& opts,
+                int clients, std::vector<std::string>& ids, bool create,
+                const std::function<void(const std::string&)>& error) {
+  Phase ph;
+  std::mutex mu;
+  const Json body = {{"timeout", 0}, {"metadata", {{"bench", "rates"}}}};
+  const auto t0 = Clock::now();
+  ForAll(static_cast<int>(ids.size()), clients, [&](int i) {
+    thread_local std::unique_ptr<client::Client> cl;
+    if (!cl) cl = std::make_unique<client::Client>(url, key, opts);
+    if (!create && ids[i].empty()) return;
+    const auto s = Clock::now();
+    auto r = create ? cl->CreateSandbox(body) : cl->DeleteSandbox(ids[i]);
+    const double accepted = Ms(Clock::now() - s);
+    if (!r) return error(std::string(create ? "create: " : "delete: ") + r.error().message);
+    const Json* op = JsonField(*r, "operation");
+    std::string op_id = op ? JsonStringOr(*op, "id", "") : "";
+    std::string state = op ? JsonStringOr(*op, "state", "") : "";
+    if (create) {
+      const Json* sb = JsonField(*r, "sandbox");
+      std::lock_guard l(mu);
+      ids[i] = sb ? JsonStringOr(*sb, "id", "") : "";
+    }
+    if (state != "succeeded") {
+      auto w = cl->WaitOperation(op_id, 300s);
+      if (!w) return error("wait for " + op_id + ": " + w.error().message);
+      state = JsonStringOr(*w, "state", "");
+      if (state != "succeeded")
+        return error(op_id + " " + state + ": " + JsonStringOr(*w, "error_message", ""));
+    }
+    std::lock_guard l(mu);
+    ++ph.done;
+    ph.accept_ms.push_back(accepted);
+    ph.finish_ms.push_back(Ms(Clock::now() - s));
+  });
+  ph.seconds = Ms(Clock::now() - t0) / 1000;
+  return ph;
+}
+
+void PrintPhase(const char* what, int want, int background, int clients, const Phase& ph) {
+  auto a = Summarize(ph.accept_ms), f = Summarize(ph.finish_ms);
+  std::printf("%s: %d of %d in %.2f s = %.1f/s (%d clients, %d idle beside); answered p50 %.1f "
+              "ms p99 %.1f ms; done p50 %.0f ms p99 %.0f ms max %.0f ms\n",
+              what, ph.done, want, ph.seconds, ph.seconds > 0 ? ph.done / ph.seconds : 0, clients,
+              background, a.p50, a.p99, f.p50, f.p99, f.max);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -88,6 +151,8 @@ int main(int argc, char** argv) {
   std::string url, key, data_dir;
   int count = 500, parallel = 8, seconds = 1800, settle_s = 5;
   double max_rss_growth = 0;
+  int rates = 0, clients = 16;
+  double min_create_rate = 0, min_delete_rate = 0, max_create_p99 = 0;
   app.add_option("--url", url)->required();
   app.add_option("--key", key)->required();
   app.add_option("--data-dir", data_dir, "spaced's data dir (unused; bench/run.sh passes it)");
@@ -97,7 +162,15 @@ int main(int argc, char** argv) {
   app.add_option("--settle", settle_s, "seconds to wait before measuring")->check(CLI::Range(0, 120));
   app.add_option("--max-rss-growth", max_rss_growth,
                  "fail if spaced's RSS after the deletes exceeds idle by more than this fraction");
+  app.add_option("--rates", rates, "then create and delete this many more, --clients at a time")
+      ->check(CLI::Range(0, 10000));
+  app.add_option("--clients", clients, "concurrent clients of --rates")->check(CLI::Range(1, 64));
+  app.add_option("--min-create-rate", min_create_rate, "fail below this many creates/s");
+  app.add_option("--min-delete-rate", min_delete_rate, "fail below this many deletes/s");
+  app.add_option("--max-create-p99", max_create_p99,
+                 "fail if a create's answer (the 202) takes longer than this many ms at p99");
   CLI11_PARSE(app, argc, argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines as they happen
   const char* pid_env = std::getenv("SPACED_PID");
   const std::string pid = pid_env ? pid_env : "";
   if (pid.empty()) std::fprintf(stderr, "SPACED_PID not set: no figures of spaced itself\n");
@@ -152,6 +225,30 @@ int main(int argc, char** argv) {
               create_s, parallel);
   std::this_thread::sleep_for(std::chrono::seconds(settle_s));
   const Sample full = Measure(pid);
+
+  bool rates_ok = true;
+  if (rates > 0) {
+    std::vector<std::string> more(rates);
+    Phase c = RatePhase(url, key, opts, clients, more, true, error);
+    PrintPhase("creates", rates, created, clients, c);
+    Phase d = RatePhase(url, key, opts, clients, more, false, error);
+    PrintPhase("deletes", rates, created, clients, d);
+    const double cr = c.seconds > 0 ? c.done / c.seconds : 0, dr = d.seconds > 0 ? d.done / d.seconds : 0;
+    const double p99 = Summarize(c.accept_ms).p99;
+    if (c.done != rates || d.done != c.done) rates_ok = false;
+    if (min_create_rate > 0 && cr < min_create_rate) {
+      std::printf("FAIL: %.1f creates/s, below %.1f\n", cr, min_create_rate);
+      rates_ok = false;
+    }
+    if (min_delete_rate > 0 && dr < min_delete_rate) {
+      std::printf("FAIL: %.1f deletes/s, below %.1f\n", dr, min_delete_rate);
+      rates_ok = false;
+    }
+    if (max_create_p99 > 0 && p99 > max_create_p99) {
+      std::printf("FAIL: create answered in %.1f ms at p99, above %.1f\n", p99, max_create_p99);
+      rates_ok = false;
+    }
+  }
 
   // Every one answers a command.
   std::atomic<int> answered{0};
@@ -216,7 +313,7 @@ int main(int argc, char** argv) {
     std::printf("create p50 %.0f ms, p99 %.0f ms\n", st.p50, st.p99);
   }
   for (const auto& s : samples) std::printf("error: %s\n", s.c_str());
-  bool ok = errors == 0 && created == count && answered == created && deleted == created;
+  bool ok = rates_ok && errors == 0 && created == count && answered == created && deleted == created;
   if (max_rss_growth > 0 && !pid.empty() && growth > max_rss_growth) {
     std::printf("FAIL: spaced's RSS grew by more than %.0f %%\n", max_rss_growth * 100);
     ok = false;

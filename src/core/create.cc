@@ -272,10 +272,7 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
     if (impl_->config.sandbox_gone) impl_->config.sandbox_gone(sb->rec.id);
     return tl::unexpected(st.error());
   }
-  {
-    std::lock_guard lock(impl_->mu);
-    impl_->sandboxes[sb->rec.id] = sb;
-  }
+  impl_->AddSandbox(sb);
   auto rec = sb->rec;
   uncount.n = nullptr;  // RunCreate uncounts it
   impl_->Enqueue([impl = impl_.get(), sb, op, digest, snapshot] {

@@ -11,6 +11,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -88,8 +89,15 @@ struct Platform::Impl {
   std::map<std::string, std::unique_ptr<runtime::Runtime>> runtimes;
   std::unique_ptr<net::Network> network;  // null: no networking on this daemon
 
-  std::mutex mu;  // guards sandboxes
+  std::mutex mu;  // guards sandboxes and pool_members
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes;
+  // Warm pool ("name:tag") -> the ids of its unclaimed members: a claim and a refill look
+  // at a pool's few members, not at every sandbox (a walk of all under mu made every
+  // create, and every request waiting for mu, slower with each sandbox; issue 17).
+  std::map<std::string, std::set<std::string>> pool_members;
+  // Into sandboxes (and pool_members, for a pool member); out of both.
+  void AddSandbox(const std::shared_ptr<Sandbox>& sb);
+  void EraseSandbox(const std::string& id);
 
   // Operator API keys by hash (access.cc); loaded from the store on first use.
   std::mutex keys_mu;

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include <set>
+#include <thread>
 
 #include "core/internal.h"
 #include "core/templates.h"
@@ -534,8 +535,12 @@ Result<store::OperationRecord> Platform::DeleteSandbox(const std::string& id,
   if (!sb) return Fail(Errc::kNotFound, "no sandbox " + id);
   store::OperationRecord op;
   {
-    // try_lock: a transition in progress holds the lock; answer 409 instead of waiting.
-    std::unique_lock l(sb->mu, std::try_to_lock);
+    // A transition in progress holds the lock: answer 409 instead of waiting for it. The
+    // reaper and the guards hold it for a moment on every sandbox in turn, so a few
+    // milliseconds' wait tells the two apart (a delete answered "busy" by a background
+    // check failed now and then with a thousand sandboxes).
+    std::unique_lock l(sb->mu, std::defer_lock);
+    for (int i = 0; i < 20 && !l.try_lock(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     if (!l.owns_lock() || sb->rec.state == "creating" || !sb->busy_op.empty())
       return Fail(Errc::kConflict, "sandbox " + id + " is " +
                                        (l.owns_lock() ? sb->rec.state : "busy") +
@@ -585,10 +590,7 @@ void Platform::Impl::RunDelete(std::shared_ptr<Sandbox> sb, store::OperationReco
       (void)SaveSandbox(*sb);
     }
   }
-  if (st) {
-    std::lock_guard lock(mu);
-    sandboxes.erase(sb->rec.id);
-  }
+  if (st) EraseSandbox(sb->rec.id);
   if (st) last_delete_ms = NowUnixMillis();
   if (st && JsonBoolOr(op.request, "delete_snapshots", false)) {
     if (auto snaps = store->ListSnapshots(sb->rec.id)) {

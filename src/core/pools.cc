@@ -20,6 +20,18 @@ bool DefaultLimits(const runtime::Limits& l) {
 
 bool IsPoolMember(const store::SandboxRecord& rec) { return !PoolOf(rec).empty(); }
 
+void Platform::Impl::AddSandbox(const std::shared_ptr<Sandbox>& sb) {
+  std::lock_guard lock(mu);
+  sandboxes[sb->rec.id] = sb;
+  if (std::string pool = PoolOf(sb->rec); !pool.empty()) pool_members[pool].insert(sb->rec.id);
+}
+
+void Platform::Impl::EraseSandbox(const std::string& id) {
+  std::lock_guard lock(mu);
+  sandboxes.erase(id);
+  for (auto& [pool, ids] : pool_members) ids.erase(id);
+}
+
 std::shared_ptr<Platform::Sandbox> Platform::Impl::ClaimFromPool(const CreateSandboxRequest& req) {
   if (config.warm_pools.empty() || !req.snapshot_id.empty() || !req.volumes.empty() || [&] {
         auto p = net::ParsePolicy(req.network, net::Presets{});
@@ -32,12 +44,18 @@ std::shared_ptr<Platform::Sandbox> Platform::Impl::ClaimFromPool(const CreateSan
   const std::string ref = parsed->first + ":" + parsed->second;
   if (!config.warm_pools.count(ref)) return nullptr;
   std::lock_guard lock(mu);
-  for (auto& [id, sb] : sandboxes) {
+  auto pool = pool_members.find(ref);
+  if (pool == pool_members.end()) return nullptr;
+  for (auto it = pool->second.begin(); it != pool->second.end(); ++it) {
+    auto found = sandboxes.find(*it);
+    if (found == sandboxes.end()) continue;
+    auto& sb = found->second;
     std::unique_lock l(sb->mu, std::try_to_lock);
     if (!l.owns_lock() || PoolOf(sb->rec) != ref || sb->rec.state != "running" ||
         !sb->busy_op.empty() || !sb->session || !sb->session->connected())
       continue;
     sb->rec.spec["pool"] = "";  // claimed: no other create can take it
+    pool->second.erase(it);
     return sb;
   }
   return nullptr;
@@ -74,16 +92,23 @@ void Platform::Impl::RefillPoolsOnce() {
     // Count live members; members that broke are removed (they are internal).
     int have = 0;
     std::vector<std::string> broken;
+    std::vector<std::shared_ptr<Sandbox>> members;
     {
       std::lock_guard lock(mu);
-      for (auto& [id, sb] : sandboxes) {
-        std::lock_guard l(sb->mu);
-        if (PoolOf(sb->rec) != ref) continue;
-        if (sb->rec.state == "running" || sb->rec.state == "creating") {
-          ++have;
-        } else if (sb->rec.state != "deleting") {
-          broken.push_back(id);
+      if (auto pool = pool_members.find(ref); pool != pool_members.end()) {
+        for (const auto& id : pool->second) {
+          if (auto found = sandboxes.find(id); found != sandboxes.end()) members.push_back(found->second);
         }
+      }
+    }
+    // Without mu: a member being deleted holds its own lock through the teardown.
+    for (auto& sb : members) {
+      std::lock_guard l(sb->mu);
+      if (PoolOf(sb->rec) != ref) continue;  // claimed meanwhile
+      if (sb->rec.state == "running" || sb->rec.state == "creating") {
+        ++have;
+      } else if (sb->rec.state != "deleting") {
+        broken.push_back(sb->rec.id);
       }
     }
     for (const auto& id : broken) (void)self->DeleteSandbox(id);
@@ -100,10 +125,7 @@ void Platform::Impl::RefillPoolsOnce() {
       auto sb = *made;
       sb->rec.spec["pool"] = ref;
       if (!store->PutSandbox(sb->rec)) break;
-      {
-        std::lock_guard lock(mu);
-        sandboxes[sb->rec.id] = sb;
-      }
+      AddSandbox(sb);
       Status st;
       {
         std::lock_guard l(sb->mu);

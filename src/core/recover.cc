@@ -114,8 +114,7 @@ Status Platform::Recover() {
         (void)impl.DestroyInstance(rt, rec.id);
       }
     }
-    std::lock_guard lock(impl.mu);
-    impl.sandboxes[rec.id] = sb;
+    impl.AddSandbox(sb);
   }
   // Operations left pending or running were interrupted.
   auto ops = impl.store->ListOperations(0, "");

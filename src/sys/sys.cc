@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -139,6 +140,12 @@ std::vector<char*> CStrings(const std::vector<std::string>& v) {
 
 }  // namespace
 
+Result<UniqueFd> CloneMount(const std::string& path) {
+  int fd = ::open_tree(AT_FDCWD, path.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+  if (fd < 0) return ErrnoFail("open_tree " + path);
+  return UniqueFd(fd);
+}
+
 Result<ChildProcess> Spawn(const SpawnOptions& opts) {
   if (opts.argv.empty()) return Fail(Errc::kInvalidArgument, "spawn: empty argv");
   int errpipe[2];
@@ -164,6 +171,16 @@ Result<ChildProcess> Spawn(const SpawnOptions& opts) {
     if (opts.die_with_parent) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (opts.mount_ns_fd >= 0 && ::setns(opts.mount_ns_fd, CLONE_NEWNS) != 0)
       ChildFail(errpipe[1], "setns");
+    if (!opts.attach_mounts.empty()) {
+      if (::unshare(CLONE_NEWNS) != 0) ChildFail(errpipe[1], "unshare mount namespace");
+      // Private: nothing attached here propagates back to the namespace it was copied from.
+      if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+        ChildFail(errpipe[1], "make / private");
+      for (const auto& [fd, path] : opts.attach_mounts) {
+        if (::move_mount(fd, "", AT_FDCWD, path.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0)
+          ChildFail(errpipe[1], "move_mount");
+      }
+    }
     // Nothing but stdin, stdout and stderr goes to the child, whatever the daemon's other
     // threads opened without O_CLOEXEC (a long-lived child such as QEMU would otherwise
     // keep, say, the API's listening socket after spaced is gone). The error pipe is

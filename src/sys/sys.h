@@ -76,7 +76,18 @@ struct SpawnOptions {
   bool die_with_parent = false;             // SIGKILL the child when the spawning thread exits
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  // -1: /dev/null
   int pass_fd = -1;                         // >= 3: given to the child as its fd 3
+  // Detached mount trees (CloneMount fds) attached at these paths in a mount namespace of
+  // the child's own: after mount_ns_fd, the child unshares one (a copy of the namespace it
+  // is in, made private) and moves each tree to its path. Only the child and what it
+  // starts see them, and the namespace the copy came from keeps its size: a runtime binary
+  // started so reads and copies a mount table that does not grow with the instances.
+  std::vector<std::pair<int, std::string>> attach_mounts;
 };
+
+// A detached copy of the mount (tree) at `path`, or of `path` as a bind if it is no
+// mount point: open_tree(OPEN_TREE_CLONE | AT_RECURSIVE), close-on-exec. For
+// SpawnOptions::attach_mounts; it goes away with its last fd unless attached.
+Result<UniqueFd> CloneMount(const std::string& path);
 
 // fork+exec with the options above. Errors in the child before exec are reported back
 // through a CLOEXEC pipe, so a bad argv[0] is an error here, not a silent exit 127.

@@ -57,7 +57,8 @@ Status SelfBind(const std::string& dir, bool shared) {
   return Ok();
 }
 
-// Creates a new mount namespace (slave of ours) and bind-mounts its nsfs file at `file`.
+// Creates a new mount namespace (a private copy of ours) and bind-mounts its nsfs file at
+// `file`.
 Status CreateNs(const std::string& file) {
   {
     auto f = sys::Open(file, O_RDONLY | O_CREAT, 0600);
@@ -82,7 +83,7 @@ Status CreateNs(const std::string& file) {
     int e = 0;
     if (::unshare(CLONE_NEWNS) != 0) {
       e = errno;
-    } else if (::mount("none", "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) {
+    } else if (::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
       e = errno;
     }
     (void)!::write(ready[1], &e, sizeof e);
@@ -113,84 +114,64 @@ Status CreateNs(const std::string& file) {
   return result;
 }
 
-// Inside the namespace: unmounts `unmount_inside`, then checks that a tmpfs mounted at
-// `<shared dir>/.probe` on the host is visible there (i.e. propagation works).
-Result<bool> PrepareAndProbe(int ns_fd, const std::vector<std::string>& unmount_inside,
-                             const std::vector<std::string>& shared_dirs) {
-  std::vector<std::string> probes;
-  auto cleanup = [&]() {
-    for (const auto& p : probes) {
-      ::umount2(p.c_str(), MNT_DETACH);
-      ::rmdir(p.c_str());
-    }
-  };
-  for (const auto& d : shared_dirs) {
-    std::string probe = d + "/.probe";
-    if (::mkdir(probe.c_str(), 0700) != 0 && errno != EEXIST) {
-      int e = errno;
-      cleanup();
-      return ErrnoFail("mkdir " + probe, e);
-    }
-    probes.push_back(probe);
-    while (::umount2(probe.c_str(), MNT_DETACH) == 0) {  // left by a crash
-    }
-    if (::mount("tmpfs", probe.c_str(), "tmpfs", 0, "size=4k") != 0) {
-      int e = errno;
-      cleanup();
-      return ErrnoFail("mount probe " + probe, e);
-    }
-  }
-  std::vector<const char*> targets, probe_paths;
+// Inside the namespace: unmounts `unmount_inside`.
+Status PrepareInside(int ns_fd, const std::vector<std::string>& unmount_inside) {
+  std::vector<const char*> targets;
   for (const auto& t : unmount_inside) targets.push_back(t.c_str());
-  for (const auto& p : probes) probe_paths.push_back(p.c_str());
   auto r = RunInChild(ns_fd, [&]() -> int {
     for (const char* t : targets) {
       // Not mounted (a re-used namespace) is EINVAL: fine.
       if (::umount2(t, MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) return errno;
     }
-    for (const char* p : probe_paths) {
-      struct statfs fs;
-      if (::statfs(p, &fs) != 0) return errno;
-      if (fs.f_type != TMPFS_MAGIC) return 200;
-    }
     return 0;
   });
-  cleanup();
   if (!r) return tl::unexpected(r.error());
-  if (*r == 200) return false;
   if (*r != 0) return ErrnoFail("prepare helper mount namespace", *r);
-  return true;
+  return Ok();
 }
+
+// Written beside the nsfs bind once a namespace is made private (this version); one
+// without it was made by an older spaced, as a slave receiving the shared dirs' mounts.
+constexpr const char* kPrivateMarker = "/mnt.private";
 
 }  // namespace
 
 Result<HelperMountNs> HelperMountNs::Ensure(const Options& opts) {
   SPACE_TRY(SelfBind(opts.dir, /*shared=*/false));
-  for (const auto& d : opts.shared_dirs) SPACE_TRY(SelfBind(d, /*shared=*/true));
+  // Private on the host, also where an older spaced had made them shared.
+  for (const auto& d : opts.private_dirs) SPACE_TRY(SelfBind(d, /*shared=*/false));
   std::string file = opts.dir + "/mnt";
+  const std::string marker = opts.dir + kPrivateMarker;
 
   HelperMountNs ns;
   ns.path_ = file;
+  std::vector<std::string> unmount = opts.unmount_inside;
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto fd = sys::Open(file, O_RDONLY);
-    if (fd && IsMountNsFd(fd->get())) {
-      auto ok = PrepareAndProbe(fd->get(), opts.unmount_inside, opts.shared_dirs);
-      if (!ok) return tl::unexpected(std::move(ok.error()).Wrap("helper mount namespace"));
-      if (*ok) {
-        ns.fd_ = std::move(*fd);
-        return ns;
-      }
+    if (fd && IsMountNsFd(fd->get()) && sys::Exists(marker)) {
+      SPACE_TRY_WRAP(PrepareInside(fd->get(), unmount), "helper mount namespace");
+      ns.fd_ = std::move(*fd);
+      return ns;
     }
     if (attempt == 1) break;
-    // Stale: a plain file after a reboot, or a namespace that no longer sees shared_dirs.
+    // Stale: a plain file after a reboot, or a namespace of an older spaced.
     fd = sys::UniqueFd();
+    (void)::unlink(marker.c_str());
     while (sys::IsMountPoint(file)) {
       if (::umount2(file.c_str(), MNT_DETACH) != 0) return ErrnoFail("umount " + file);
     }
+    // A new namespace copies the host's mounts of the sandboxes running now (a restart
+    // with a stale namespace): they go again inside, deepest first, as they would not with
+    // their unmounts on the host.
+    for (const auto& d : opts.private_dirs) {
+      for (const auto& m : sys::MountsUnder(d)) {
+        if (m != d) unmount.push_back(m);
+      }
+    }
     SPACE_TRY_WRAP(CreateNs(file), "helper mount namespace");
+    SPACE_TRY_WRAP(sys::WriteFileAtomic(marker, "1\n", 0600), "helper mount namespace");
   }
-  return Fail(Errc::kInternal, "helper mount namespace at " + file +
-                                   " does not see mounts made under the shared dirs");
+  return Fail(Errc::kInternal, "helper mount namespace at " + file + " could not be made");
 }
 
 Status HelperMountNs::UnmountInside(const std::string& target) const {

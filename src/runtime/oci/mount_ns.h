@@ -6,10 +6,18 @@
 // (`dir/mnt`, inside a private bind mount of `dir`), so it outlives the daemon and is
 // re-used by the next one; after a reboot it is created again.
 //
-// Propagation: the namespace is a slave of the host. Each of `shared_dirs` is made a shared
-// mount (its own peer group) before the namespace is created, so mounts the host makes
-// below them later (per-sandbox rootfs binds and run tmpfs) appear inside, and their
-// unmounts too.
+// Propagation: none. The namespace is a private copy of the host's at its creation, and
+// each of `private_dirs` is a private mount on the host, so the per-sandbox mounts the
+// host makes later (rootfs binds, run tmpfs) never appear inside: the namespace's mount
+// table stays the size it was made with, however many sandboxes run. A start hands the
+// runtime binary the mounts of its own sandbox as detached copies, attached in a mount
+// namespace of that start alone (sys::SpawnOptions::attach_mounts). Every mount table the
+// runtime binary reads or copies (it reads /proc/mounts and unshares one per container)
+// is then as small as this one: with the host's mounts shared in, both grew with every
+// sandbox (issue 17, docs/benchmarks.md "Create and delete rates").
+//
+// A namespace made by an older spaced (a slave that received the shared dirs' mounts) is
+// not re-used: it is replaced, and the mounts it had received go with it.
 //
 // Ownership: the object owns an fd of the namespace (for sys::SpawnOptions::mount_ns_fd);
 // the namespace itself persists on disk. Methods are const and thread-safe. The daemon
@@ -28,12 +36,12 @@ class HelperMountNs {
  public:
   struct Options {
     std::string dir;                          // holds the nsfs bind mount "mnt"
-    std::vector<std::string> shared_dirs;     // host mounts below them propagate inside
+    std::vector<std::string> private_dirs;    // host mounts below them stay out
     std::vector<std::string> unmount_inside;  // e.g. {"/sys/fs/cgroup/unified"}
   };
 
-  // Re-uses a live namespace at dir/mnt if it still shows mounts made under shared_dirs,
-  // else (first start, after a reboot, or broken) creates a new one. Blocks a few ms.
+  // Re-uses a live namespace at dir/mnt made private (as above), else (first start, after
+  // a reboot, one of an older spaced) creates a new one. Blocks a few ms.
   [[nodiscard]] static Result<HelperMountNs> Ensure(const Options& opts);
 
   HelperMountNs() = default;

@@ -455,8 +455,9 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
   }
 
   // root.path is a bind of the rootfs inside the bundle rather than spec.rootfs itself:
-  // on hybrid hosts crun runs in the helper mount namespace, which sees host mounts only
-  // below bundles/ (a shared mount); storage may mount the rootfs anywhere.
+  // on hybrid hosts crun runs in the helper mount namespace, which sees none of the
+  // host's later mounts; this start hands it the bundle's mounts (below), and storage
+  // may mount the rootfs anywhere.
   if (::mkdir(root.c_str(), 0755) != 0) return ErrnoFail("mkdir " + root);
   if (::mount(spec.rootfs.c_str(), root.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
     return ErrnoFail("bind " + spec.rootfs + " to " + root);
@@ -548,6 +549,20 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
 
   sys::SpawnOptions so = RuntimeCmd({"run", "-d", "--bundle", bundle, id});
   so.new_session = true;  // not in the daemon's session or process group
+  // In the helper namespace crun sees this sandbox's mounts alone, in a namespace of this
+  // start (mount_ns.h): what it reads and copies does not grow with the sandboxes running.
+  std::vector<sys::UniqueFd> trees;
+  if (ns_) {
+    std::vector<std::string> at = {root, run};
+    if (!bp.netns_path.empty()) at.push_back(bp.netns_path);
+    for (const auto& v : bp.volume_binds) at.push_back(v.host);
+    for (const auto& path : at) {
+      auto tree = sys::CloneMount(path);
+      if (!tree) return tl::unexpected(tree.error());
+      so.attach_mounts.emplace_back(tree->get(), path);
+      trees.push_back(std::move(*tree));
+    }
+  }
   so.stdout_fd = log->get();
   so.stderr_fd = log->get();
   auto child = sys::Spawn(so);
