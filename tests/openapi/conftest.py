@@ -51,7 +51,8 @@ class Api:
         h.update(headers or {})
         req = urllib.request.Request(self.url + path, data=body, method=method, headers=h)
         try:
-            with urllib.request.urlopen(req, timeout=120) as r:
+            # Long enough for a first E2B create that imports or builds e2b-base (minutes on 2 busy cores).
+            with urllib.request.urlopen(req, timeout=600) as r:
                 return Response(r.status, r.headers, r.read())
         except urllib.error.HTTPError as e:
             return Response(e.code, e.headers, e.read())
