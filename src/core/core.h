@@ -282,12 +282,14 @@ class Platform {
   [[nodiscard]] Result<store::OperationRecord> EnsureBuiltinTemplate(const std::string& ref,
                                                                      bool echo = false);
   // Templates and snapshots between a cluster's nodes (transfer.cc, docs/cluster.md).
-  struct TemplateArchive {
-    store::TemplateRecord record;
-    std::string path;    // a zstd tar of the template's tree (unshifted owners) under
-                         // DATA/tmp: the caller removes it
+  struct ArchiveFile {
+    std::string path;    // a zstd tar of the tree (unshifted owners) under DATA/tmp: the
+                         // caller removes it
     std::string sha256;  // hex, of that file
     int64_t size = 0;
+  };
+  struct TemplateArchive : ArchiveFile {
+    store::TemplateRecord record;
   };
   // `ref`: "name:tag" or "sha256:<hex>". kNotFound when this node has no such template.
   [[nodiscard]] Result<TemplateArchive> ExportTemplate(const std::string& ref);
@@ -298,10 +300,8 @@ class Platform {
                                       const std::string& archive_path, const std::string& sha256);
   // The same for a ready filesystem snapshot (a full one, with memory, restores only where
   // it was taken: kConflict). Import stores it under the same id.
-  struct SnapshotArchive {
+  struct SnapshotArchive : ArchiveFile {
     store::SnapshotRecord record;
-    std::string path, sha256;
-    int64_t size = 0;
   };
   [[nodiscard]] Result<SnapshotArchive> ExportSnapshot(const std::string& id);
   [[nodiscard]] Status ImportSnapshot(const store::SnapshotRecord& record,

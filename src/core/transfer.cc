@@ -21,15 +21,10 @@ bool IsDigestRef(const std::string& ref) {
          ref.find_first_not_of("0123456789abcdef", 7) == std::string::npos;
 }
 
-struct ArchiveFile {
-  std::string path, sha256;
-  int64_t size = 0;
-};
-
 // `tree` as a zstd tarball under DATA/tmp (the caller removes it), with its sha256 and size.
-Result<ArchiveFile> WriteArchive(const std::string& tree, const std::string& data_dir, uint32_t shift) {
+Result<Platform::ArchiveFile> WriteArchive(const std::string& tree, const std::string& data_dir, uint32_t shift) {
   SPACE_TRY(sys::MkdirAll(data_dir + "/tmp", 0700));
-  ArchiveFile out;
+  Platform::ArchiveFile out;
   out.path = data_dir + "/tmp/export-" + NewId("x") + ".tar.zst";
   if (auto st = ExportTree(tree, out.path, shift); !st) {
     (void)::unlink(out.path.c_str());
@@ -67,10 +62,8 @@ Result<Platform::TemplateArchive> Platform::ExportTemplate(const std::string& re
   auto file = WriteArchive(*layer, config_.data_dir, config_.uid_shift);
   if (!file) return tl::unexpected(std::move(file.error()).Wrap("export template " + ref));
   TemplateArchive out;
+  static_cast<ArchiveFile&>(out) = std::move(*file);
   out.record = *rec;
-  out.path = file->path;
-  out.sha256 = file->sha256;
-  out.size = file->size;
   return out;
 }
 
@@ -130,10 +123,8 @@ Result<Platform::SnapshotArchive> Platform::ExportSnapshot(const std::string& id
   auto file = WriteArchive(*path, config_.data_dir, config_.uid_shift);
   if (!file) return tl::unexpected(std::move(file.error()).Wrap("export snapshot " + id));
   SnapshotArchive out;
+  static_cast<ArchiveFile&>(out) = std::move(*file);
   out.record = *rec;
-  out.path = file->path;
-  out.sha256 = file->sha256;
-  out.size = file->size;
   return out;
 }
 

@@ -286,6 +286,21 @@ Awaitable<void> Gateway::Impl::ToSandbox(Ctx& ctx, Surface form, const std::stri
   co_await ReplyFail(ctx, form, 404, "no sandbox " + id);
 }
 
+Awaitable<Gateway::Impl::Gathered> Gateway::Impl::AskEveryNode(Ctx& ctx, std::chrono::seconds timeout) {
+  Gathered g;
+  for (const std::string& node : LiveNodes()) {
+    auto req = Outgoing(ctx, "");
+    Answer a = co_await Exchange(node, req, timeout);
+    if (a.status == 0) continue;
+    if (a.status != 200) {
+      g.refused = std::move(a);
+      break;
+    }
+    g.answers.emplace_back(node, std::move(a));
+  }
+  co_return g;
+}
+
 Awaitable<void> Gateway::Impl::Find(Ctx& ctx, Surface form) {
   std::optional<Answer> last;
   for (const std::string& node : LiveNodes()) {

@@ -91,6 +91,14 @@ struct Gateway::Impl {
   Awaitable<void> RelayToFirst(Ctx& ctx, Surface form, const std::vector<std::string>& nodes);
   Awaitable<Answer> Exchange(const std::string& node, const http::request<http::string_body>& req,
                              std::chrono::seconds timeout);
+  // The client's request asked of every live node in turn: the 200 answers by node, or the
+  // first other answer (a refused credential, a bad filter: the same everywhere) in
+  // `refused`. Nodes that do not answer are left out.
+  struct Gathered {
+    std::vector<std::pair<std::string, Answer>> answers;
+    std::optional<Answer> refused;
+  };
+  Awaitable<Gathered> AskEveryNode(Ctx& ctx, std::chrono::seconds timeout);
 };
 
 Awaitable<void> ReplyFail(Ctx& ctx, Surface form, int status, const std::string& message);

@@ -328,14 +328,12 @@ Awaitable<void> Gateway::Impl::List(Ctx& ctx, Surface form) {
   std::set<std::string> seen, answered;
   bool more = false;                 // a node had another page
   std::optional<int64_t> running;    // E2B v2's X-Total-Running, summed
-  for (const std::string& node : LiveNodes()) {
-    auto req = Outgoing(ctx, "");
-    Answer a = co_await Exchange(node, req, kListTimeout);
-    if (a.status == 0) continue;
-    if (a.status != 200) {
-      co_await ReplyAnswer(ctx, a);  // a refused credential, a bad filter: the same everywhere
-      co_return;
-    }
+  Gathered all = co_await AskEveryNode(ctx, kListTimeout);
+  if (all.refused) {
+    co_await ReplyAnswer(ctx, *all.refused);
+    co_return;
+  }
+  for (const auto& [node, a] : all.answers) {
     auto j = ParseJson(a.res.body());
     const Json* items = nullptr;
     if (j && form == Surface::kV1) items = JsonField(*j, "sandboxes");

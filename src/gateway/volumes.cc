@@ -75,14 +75,12 @@ Awaitable<void> Gateway::Impl::Volumes(Ctx& ctx, Surface form) {
     // Every live node's, each (v1) with its node.
     Json merged = Json::array();
     bool answered = false;
-    for (const std::string& node : LiveNodes()) {
-      auto req = Outgoing(ctx, "");
-      Answer a = co_await Exchange(node, req, kVolumeTimeout);
-      if (a.status == 0) continue;
-      if (a.status != 200) {
-        co_await ReplyAnswer(ctx, a);
-        co_return;
-      }
+    Gathered all = co_await AskEveryNode(ctx, kVolumeTimeout);
+    if (all.refused) {
+      co_await ReplyAnswer(ctx, *all.refused);
+      co_return;
+    }
+    for (const auto& [node, a] : all.answers) {
       auto j = ParseJson(a.res.body());
       const Json* items = j && form == Surface::kV1 ? JsonField(*j, "volumes") : (j ? &*j : nullptr);
       if (!items || !items->is_array()) continue;

@@ -234,19 +234,6 @@ Status UsageDir(UsageContext& cx, int dir_fd, const std::string& rel, int depth)
   return Ok();
 }
 
-std::string Unescape(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size()) {
-      out += static_cast<char>(std::strtol(s.substr(i + 1, 3).c_str(), nullptr, 8));
-      i += 3;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 Status CopyTree(const std::string& src, const std::string& dst, uint32_t uid_shift) {
@@ -292,9 +279,9 @@ std::vector<MountEntry> ReadMountInfo() {
       if (StartsWith(field, "shared:")) m.shared = true;
     }
     ss >> m.fstype >> m.source;
-    m.root = Unescape(m.root);
-    m.mount_point = Unescape(m.mount_point);
-    m.source = Unescape(m.source);
+    m.root = sys::UnescapeMountField(m.root);
+    m.mount_point = sys::UnescapeMountField(m.mount_point);
+    m.source = sys::UnescapeMountField(m.source);
     out.push_back(std::move(m));
   }
   return out;

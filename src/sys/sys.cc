@@ -397,9 +397,7 @@ size_t CountDirEntries(const std::string& path) {
   return n;
 }
 
-namespace {
-// Unescapes the octal escapes (\040 etc.) of /proc/self/mountinfo.
-std::string Unescape(const std::string& s) {
+std::string UnescapeMountField(const std::string& s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] == '\\' && i + 3 < s.size()) {
@@ -411,7 +409,6 @@ std::string Unescape(const std::string& s) {
   }
   return out;
 }
-}  // namespace
 
 std::vector<std::string> MountsUnder(const std::string& prefix) {
   std::vector<std::string> out;
@@ -421,7 +418,7 @@ std::vector<std::string> MountsUnder(const std::string& prefix) {
     std::istringstream ss(line);
     std::string id, parent, devno, root, mp;
     ss >> id >> parent >> devno >> root >> mp;
-    mp = Unescape(mp);
+    mp = UnescapeMountField(mp);
     if (mp == prefix || StartsWith(mp, prefix + "/")) out.push_back(mp);
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });

@@ -128,6 +128,8 @@ bool Exists(const std::string& path);
 // Entries of a directory, "." and ".." aside; 0 if it cannot be read.
 size_t CountDirEntries(const std::string& path);
 bool IsMountPoint(const std::string& path);
+// A field of /proc/self/mountinfo with its octal escapes (\040 for a space, ...) undone.
+std::string UnescapeMountField(const std::string& s);
 // Mount points at or below `prefix`, deepest first (from /proc/self/mountinfo).
 std::vector<std::string> MountsUnder(const std::string& prefix);
 Result<std::string> RealPath(const std::string& path);

@@ -509,8 +509,9 @@ function getThrough(host, headers = {}) {
 }
 
 describe('templates', { skip: typeof Template?.build === 'function' ? false : 'this SDK release has no Template.build' }, () => {
-  test('Template.build: FROM a SPACE template, COPY from the context, RUN, ENV, WORKDIR; then a sandbox of it', async () => {
+  test('Template.build: FROM a SPACE template, COPY from the context, RUN, ENV, WORKDIR; then a sandbox of it', async (t) => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'e2b-tpl-'))
+    t.after(() => fs.rmSync(dir, { recursive: true, force: true }))
     fs.writeFileSync(path.join(dir, 'hello.txt'), 'hello from the context\n')
     fs.mkdirSync(path.join(dir, 'sub'))
     fs.writeFileSync(path.join(dir, 'sub', 'a.txt'), 'a\n')
