@@ -43,6 +43,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The fake internet's addresses and route are shared with the tests' (tests/integration/
+# fakenet.h): one at a time, under the same lock.
+exec 9>/run/lock/space-fakenet.lock
+flock 9
 ip netns add "$NS"
 ip link add "$HIF" type veth peer name eth0 netns "$NS"
 ip addr add 198.51.100.1/24 dev "$HIF"; ip link set "$HIF" up
@@ -68,17 +72,22 @@ TAG=$(ip netns list | awk '{print $1}' | grep -- "-$SID\$" | sed 's/^space-\([0-
 IN="ip netns exec space-$TAG-$SID"
 echo "# net bench $(date -u +%FT%TZ) on $(nproc) cores; sandbox $SID"
 
-speed() {  # bytes/s of one download of $BYTES
-  "$@" curl -s -o /dev/null -w '%{speed_download}\n' "http://203.0.113.10/bytes/$BYTES"
+speed() {  # bytes/s of one download of $BYTES from the producer $PRODUCER
+  "$@" curl -s -o /dev/null -w '%{speed_download}\n' "http://203.0.113.10/$PRODUCER/$BYTES"
 }
 best() { sort -n | tail -1; }
-host=$( (for _ in 1 2 3; do speed; done) | best)
-proxied=$( (for _ in 1 2 3; do speed $IN; done) | best)
-python3 - "$host" "$proxied" <<'EOF'
+# Two producers: Python writing 64 KiB blocks (send(2), a copy per byte), and sendfile(2)
+# from memory (no copy, so the producer leaves more of the 2 cores to the path measured).
+for PRODUCER in bytes file-bytes; do
+  host=$( (for _ in 1 2 3; do speed; done) | best)
+  proxied=$( (for _ in 1 2 3; do speed $IN; done) | best)
+  python3 - "$host" "$proxied" "$PRODUCER" <<'EOF'
 import sys
 h, p = float(sys.argv[1]), float(sys.argv[2])
-print(f"download {h/1e6:.0f} MB/s from the host, {p/1e6:.0f} MB/s through the egress proxy: {p/h:.2f}x")
+how = {"bytes": "send(2) from Python", "file-bytes": "sendfile(2)"}[sys.argv[3]]
+print(f"download ({how}) {h/1e6:.0f} MB/s from the host, {p/1e6:.0f} MB/s through the egress proxy: {p/h:.2f}x")
 EOF
+done
 
 latency() {  # p50 and p99 ms of new-connection requests
   "$@" /usr/bin/python3 - "$REQUESTS" <<'EOF'

@@ -10,6 +10,7 @@ Standard library only; run with Debian's /usr/bin/python3.
 """
 import argparse
 import json
+import os
 import socket
 import ssl
 import sys
@@ -18,6 +19,21 @@ import time
 
 LOCK = threading.Lock()
 LOG = None
+
+
+FILE_BLOCK_DATA = b"x" * (16 << 20)
+_file_block = []
+_file_block_lock = threading.Lock()
+
+
+def file_block():
+    """A memfd holding FILE_BLOCK_DATA, made on first use."""
+    with _file_block_lock:
+        if not _file_block:
+            fd = os.memfd_create("fakenet-bytes")
+            os.write(fd, FILE_BLOCK_DATA)
+            _file_block.append(fd)
+        return _file_block[0]
 
 
 def log(**kv):
@@ -61,6 +77,18 @@ def serve_http(conn, listen, tls_name=None):
             log(kind="request", listen=listen, sni=tls_name, line=lines[0], headers=headers,
                 body=body.decode("latin-1"))
             path = lines[0].split(" ")[1] if " " in lines[0] else "/"
+            if path.startswith("/file-bytes/") and tls_name is None:
+                # The same bytes sent with sendfile(2) from memory: a producer that costs
+                # little CPU, so a benchmark measures the path, not Python.
+                n = int(path.split("/")[2])
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % n)
+                while n > 0:
+                    k = min(n, len(FILE_BLOCK_DATA))
+                    off = 0
+                    while off < k:
+                        off += os.sendfile(conn.fileno(), file_block(), off, k - off)
+                    n -= k
+                continue
             if path.startswith("/bytes/"):
                 n = int(path.split("/")[2])
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % n)
