@@ -167,10 +167,18 @@ Awaitable<void> Create(Ctx& ctx) {
     auto builtin = co_await ctx.Blocking([&] { return MissingBuiltin(p, ref); });
     if (!builtin.empty()) {
       auto op = co_await ctx.Blocking([&] { return p->EnsureBuiltinTemplate(builtin); });
-      Status built = op ? co_await Finish(ctx, *op, kBuiltinWaitMs) : Status(tl::unexpected(op.error()));
+      // No conditional operator around the co_await: g++ 12 destroys such a temporary
+      // twice (this once garbled the message below and then crashed spaced).
+      Status built = Ok();
+      if (op) {
+        built = co_await Finish(ctx, *op, kBuiltinWaitMs);
+      } else {
+        built = tl::unexpected(op.error());
+      }
       if (!built) {
-        co_await ReplyError(ctx, 503, "template " + ref + " (a SPACE built-in) could not be prepared: " +
-                                         built.error().message);
+        const std::string why =
+            "template " + ref + " (a SPACE built-in) could not be prepared: " + built.error().message;
+        co_await ReplyError(ctx, 503, why);
         co_return;
       }
     }

@@ -121,7 +121,8 @@ Awaitable<void> ListSnapshots(Ctx& ctx) {
     after = c ? Result<std::optional<PageCursor>>(*c) : tl::unexpected(c.error());
   }
   if (!limit || !after) {
-    co_await ReplyError(ctx, !limit ? limit.error() : after.error());
+    const Error e = !limit ? limit.error() : after.error();  // named: no temporary in co_await
+    co_await ReplyError(ctx, e);
     co_return;
   }
   const std::string sandbox_id = ctx.Query("sandboxID");
