@@ -105,6 +105,14 @@ TEST(E2bSdkTest, UnmodifiedSdkAgainstSpaced) {
 // pytest its connection log. (The rest of that suite is ctest's e2b_python_sdk_test.)
 TEST(E2bPythonSdkTest, NetworkUnderPolicy) {
   SPACE_REQUIRE_SANDBOXES();
+  // E2B's `base` (SPACE's e2b-base, built from Debian) is made before the fake internet is
+  // spaced's internet: its RUN steps need the real package registries, which the fake DNS
+  // does not know. The spaced under test then imports it from the template cache.
+  {
+    Daemon prep;
+    ASSERT_TRUE(prep.Start());
+    ASSERT_TRUE(EnsureBuiltin(prep.client(), "e2b-base"));
+  }
   auto tmp = sys::TempDir::Create("/tmp", "space-fakenet-");
   ASSERT_TRUE(tmp);
   std::string why;

@@ -268,4 +268,22 @@ inline std::string CreateSandbox(client::Client& c, const Json& body = Json::obj
   return sb->value("id", "");
 }
 
+// POST /v1/templates {"builtin":name}?wait=... and waits for the operation to succeed.
+inline ::testing::AssertionResult EnsureBuiltin(client::Client& c, const std::string& name) {
+  auto r = c.Request("POST", "/v1/templates?wait=1200s", Json{{"builtin", name}}.dump(),
+                     "application/json");
+  if (!r) return ::testing::AssertionFailure() << r.error().message;
+  auto body = ParseJson(r->body);
+  if (r->status == 202 && body) {
+    const Json* op = JsonField(*body, "operation");
+    auto done = c.WaitOperation(JsonStringOr(op ? *op : Json(), "id", ""), std::chrono::seconds(1200));
+    if (!done) return ::testing::AssertionFailure() << done.error().message;
+    if (JsonStringOr(*done, "state", "") != "succeeded")
+      return ::testing::AssertionFailure() << done->dump();
+    return ::testing::AssertionSuccess();
+  }
+  if (r->status != 201) return ::testing::AssertionFailure() << r->status << " " << r->body;
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace space::testing
