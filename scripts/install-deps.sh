@@ -6,7 +6,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build ccache pkg-config git
   libboost-dev libboost-system-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
-  libssl-dev openssl libsodium-dev libseccomp-dev libexpected-dev libarchive-dev libzstd-dev libsqlite3-dev libcurl4-openssl-dev
+  libssl-dev openssl libsodium-dev libseccomp-dev libexpected-dev libarchive-dev zlib1g-dev libzstd-dev libsqlite3-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   crun runc btrfs-progs busybox-static util-linux iproute2 procps curl python3 python3-requests
   nftables dnsmasq-base zstd

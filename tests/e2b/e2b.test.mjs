@@ -32,6 +32,14 @@ const SDK_VERSION = JSON.parse(
   fs.readFileSync(new URL(`./node_modules/${SDK_PACKAGE}/package.json`, import.meta.url), 'utf8'),
 ).version
 
+// Whether the SDK under test is at least release `want` ("2.19.0").
+const sdkAtLeast = (want) => {
+  const a = SDK_VERSION.split('.').map(Number)
+  const b = want.split('.').map(Number)
+  for (let i = 0; i < 3; i++) if ((a[i] ?? 0) !== (b[i] ?? 0)) return (a[i] ?? 0) > (b[i] ?? 0)
+  return true
+}
+
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
   if (!process.env[v]) throw new Error(`${v} must be set`)
 }
@@ -192,6 +200,46 @@ describe('sandbox', () => {
     assert.equal(await sbx.files.read('/tmp/e2b/empty.txt'), '')
     const sum = await sbx.commands.run('wc -c < /tmp/e2b/big.dat')
     assert.equal(sum.stdout.trim(), String(big.length))
+  })
+
+  test('files: gzip content encoding both ways', { skip: !sdkAtLeast('2.19.0') && `SDK ${SDK_VERSION} has no gzip option` }, async () => {
+    const info = await sbx.files.write('/tmp/e2b/gz.txt', 'written with gzip\n', { gzip: true })
+    assert.equal(info.path, '/tmp/e2b/gz.txt')
+    assert.equal(await sbx.files.read('/tmp/e2b/gz.txt', { gzip: true }), 'written with gzip\n')
+    assert.equal(await sbx.files.read('/tmp/e2b/gz.txt'), 'written with gzip\n')
+    assert.equal((await sbx.commands.run('cat /tmp/e2b/gz.txt')).stdout, 'written with gzip\n')
+    const many = await sbx.files.write(
+      [
+        { path: '/tmp/e2b/gz/1.txt', data: 'one' },
+        { path: '/tmp/e2b/gz/2.txt', data: 'two' },
+      ],
+      { gzip: true },
+    )
+    assert.equal(many.length, 2)
+    assert.equal(await sbx.files.read('/tmp/e2b/gz/2.txt', { gzip: true }), 'two')
+    // Larger than one agent round trip, compressible and not: the stream is compressed as
+    // it is read, and decompressed as it arrives.
+    const big = new Uint8Array(5 * 1024 * 1024 + 77)
+    for (let i = 0; i < big.length; i++) big[i] = i % 3 ? (i * 131) % 251 : 0
+    await sbx.files.write('/tmp/e2b/gz-big.dat', big, { gzip: true })
+    assert.deepEqual(await sbx.files.read('/tmp/e2b/gz-big.dat', { format: 'bytes', gzip: true }), big)
+    assert.equal((await sbx.commands.run('wc -c < /tmp/e2b/gz-big.dat')).stdout.trim(), String(big.length))
+    // On the wire: the download really is gzip (fetch would hide it, so node:http).
+    const wire = await new Promise((resolve, reject) => {
+      const u = new URL(`/files?path=${encodeURIComponent('/tmp/e2b/gz-big.dat')}`, process.env.E2B_SANDBOX_URL)
+      http
+        .get(u, { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': sbx.envdAccessToken, 'Accept-Encoding': 'gzip' } }, (res) => {
+          const parts = []
+          res.on('data', (d) => parts.push(d))
+          res.on('end', () => resolve({ status: res.statusCode, enc: res.headers['content-encoding'], body: Buffer.concat(parts) }))
+        })
+        .on('error', reject)
+    })
+    assert.equal(wire.status, 200)
+    assert.equal(wire.enc, 'gzip')
+    assert.ok(wire.body.length < big.length, `${wire.body.length} compressed bytes`)
+    const { gunzipSync } = await import('node:zlib')
+    assert.deepEqual(new Uint8Array(gunzipSync(wire.body)), big)
   })
 
   test('files: list, exists, makeDir, rename, remove, getInfo', async () => {
@@ -410,6 +458,44 @@ describe('bad input', () => {
       assert.ok(msgs[0].json.event.start.pid > 0)
       assert.equal(Buffer.from(msgs[1].json.event.data.stdout, 'base64').toString(), 'hi\n')
       assert.deepEqual(msgs.at(-1), { flags: 2, json: {} })
+    })
+
+    test('file codings envd does not have, and bad gzip', async () => {
+      const { gzipSync } = await import('node:zlib')
+      const files = (query, init) => envd(`/files?${query}`, init)
+      let res = await files('path=/tmp/enc.txt', {
+        headers: { 'Content-Type': 'application/octet-stream', 'Content-Encoding': 'br' },
+        body: 'x',
+      })
+      assert.equal(res.status, 415)
+      assert.match((await res.json()).message, /supported: \[identity, gzip\]/)
+      res = await files('path=/tmp/enc.txt', {
+        headers: { 'Content-Type': 'application/octet-stream', 'Content-Encoding': 'gzip' },
+        body: 'not gzip at all',
+      })
+      assert.equal(res.status, 400)
+      assert.match((await res.json()).message, /not valid gzip/)
+      const whole = gzipSync(Buffer.from('cut short, this one'))
+      res = await files('path=/tmp/enc.txt', {
+        headers: { 'Content-Type': 'application/octet-stream', 'Content-Encoding': 'gzip' },
+        body: whole.subarray(0, whole.length - 9),
+      })
+      assert.equal(res.status, 400)
+      // Multipart as a whole may be gzip too.
+      const boundary = 'b0undary'
+      const mp = `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="/tmp/enc-mp.txt"\r\n\r\nfrom multipart\r\n--${boundary}--\r\n`
+      res = await files('', {
+        headers: { 'Content-Type': `multipart/form-data; boundary=${boundary}`, 'Content-Encoding': 'gzip' },
+        body: gzipSync(Buffer.from(mp)),
+      })
+      assert.equal(res.status, 200, await res.clone().text())
+      assert.equal(await sbx.files.read('/tmp/enc-mp.txt'), 'from multipart')
+      // Nothing acceptable to answer with.
+      res = await envd('/files?path=/tmp/enc-mp.txt', { method: 'GET', headers: { 'Accept-Encoding': 'br, identity;q=0' } })
+      assert.equal(res.status, 406)
+      assert.match((await res.json()).message, /no acceptable encoding/)
+      // A failed upload left nothing half-written in place of the good file.
+      assert.equal(await sbx.files.read('/tmp/enc-mp.txt'), 'from multipart')
     })
 
     test('malformed unary requests and auth on envd', async () => {

@@ -38,6 +38,19 @@ Awaitable<bool> Route(Ctx& ctx);
 // Control plane and envd halves (each true if it handled the request).
 Awaitable<bool> RouteControl(Ctx& ctx);
 Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sandbox_id);
+// envd's /files (routes_e2b_files.cc): GET streams a file (gzip when Accept-Encoding asks),
+// POST writes one or more (multipart or octet-stream, gzip when Content-Encoding says so).
+Awaitable<void> EnvdFilesGet(Ctx& ctx, const std::string& sandbox_id);
+Awaitable<void> EnvdFilesPost(Ctx& ctx, const std::string& sandbox_id);
+// envd's REST errors: {"code":<status>,"message"}; the SDK maps 404 to FileNotFoundError,
+// 502 to "sandbox not running" (TimeoutError), 507 to NotEnoughSpaceError.
+Awaitable<void> ReplyRestError(Ctx& ctx, int status, const std::string& message);
+Awaitable<void> ReplyRestError(Ctx& ctx, const Error& e);
+// The request's media type (Content-Type without parameters, lower case).
+std::string EnvdContentType(const Ctx& ctx);
+// Where envd's relative paths start: the template's WORKDIR (E2B's user home in
+// e2b-base), else /.
+std::string RelativeBase(core::Platform* p, const std::string& sandbox_id);
 // E2B volumes: /volumes and /volumecontent (routes_e2b_volumes.cc, docs/volumes.md).
 Awaitable<bool> RouteVolumes(Ctx& ctx);
 // E2B's template build API, Template.build's calls (routes_e2b_templates.cc).

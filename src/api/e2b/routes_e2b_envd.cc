@@ -12,15 +12,6 @@
 
 namespace space::api::e2b {
 
-namespace {
-
-namespace rpc = connect;
-using store::OutputStream;
-
-// ---------------------------------------------------------------- replies
-
-// envd's REST errors: {"code":<status>,"message"}; the SDK maps 404 to FileNotFoundError,
-// 502 to "sandbox not running" (TimeoutError), 507 to NotEnoughSpaceError.
 Awaitable<void> ReplyRestError(Ctx& ctx, int status, const std::string& message) {
   Json body = {{"code", status}, {"message", message}};
   co_await ctx.Reply(status, body);
@@ -29,6 +20,23 @@ Awaitable<void> ReplyRestError(Ctx& ctx, int status, const std::string& message)
 Awaitable<void> ReplyRestError(Ctx& ctx, const Error& e) {
   co_await ReplyRestError(ctx, HttpStatusFor(e.code), e.message);
 }
+
+std::string EnvdContentType(const Ctx& ctx) { return MediaType(ctx.Header(http::field::content_type)); }
+
+std::string RelativeBase(core::Platform* p, const std::string& sb) {
+  auto rec = p->GetSandbox(sb);
+  if (!rec) return "/";
+  const Json* tc = JsonField(rec->spec, "template_config");
+  std::string wd = tc ? JsonStringOr(*tc, "workdir", "") : "";
+  return !wd.empty() && wd[0] == '/' ? wd : "/";
+}
+
+namespace {
+
+namespace rpc = connect;
+using store::OutputStream;
+
+// ---------------------------------------------------------------- replies
 
 // A unary RPC's error: the Connect status for the code, a JSON body.
 Awaitable<void> ReplyRpcError(Ctx& ctx, std::string_view code, const std::string& message) {
@@ -50,13 +58,11 @@ Awaitable<void> ReplyStreamError(Ctx& ctx, const Error& e) {
   co_await ReplyStreamError(ctx, rpc::CodeFor(e.code), e.message);
 }
 
-std::string ContentType(const Ctx& ctx) { return MediaType(ctx.Header(http::field::content_type)); }
-
 // Reads a request message: a JSON body for unary calls, one envelope for streaming ones.
 // On failure the error is already answered and nullopt returned.
 Awaitable<std::optional<Json>> ReadRequest(Ctx& ctx, bool streaming) {
   const std::string want = streaming ? "application/connect+json" : "application/json";
-  if (ContentType(ctx) != want) {
+  if (EnvdContentType(ctx) != want) {
     // The Connect protocol answers an unsupported codec with 415.
     Json body = rpc::ErrorJson("unimplemented", "content type must be " + want + " (JSON codec)");
     co_await ctx.Reply(415, body);
@@ -78,15 +84,6 @@ Awaitable<std::optional<Json>> ReadRequest(Ctx& ctx, bool streaming) {
 }
 
 // ---------------------------------------------------------------- helpers
-
-// Where relative paths start: the template's WORKDIR (E2B's user home in e2b-base), else /.
-std::string RelativeBase(core::Platform* p, const std::string& sb) {
-  auto rec = p->GetSandbox(sb);
-  if (!rec) return "/";
-  const Json* tc = JsonField(rec->spec, "template_config");
-  std::string wd = tc ? JsonStringOr(*tc, "workdir", "") : "";
-  return !wd.empty() && wd[0] == '/' ? wd : "/";
-}
 
 std::string Permissions(const std::string& type, int mode) {
   std::string out(1, type == "dir" ? 'd' : type == "symlink" ? 'L' : '-');
@@ -278,7 +275,7 @@ Awaitable<void> ProcessConnect(Ctx& ctx, const std::string& sb) {
 // once the request ends, with the empty StreamInputResponse.
 Awaitable<void> ProcessStreamInput(Ctx& ctx, const std::string& sb) {
   core::Platform* p = ctx.platform;
-  if (ContentType(ctx) != "application/connect+json") {
+  if (EnvdContentType(ctx) != "application/connect+json") {
     Json body = rpc::ErrorJson("unimplemented", "content type must be application/connect+json (JSON codec)");
     co_await ctx.Reply(415, body);
     co_return;
@@ -420,156 +417,6 @@ Result<Json> FilesystemUnary(core::Platform* p, const std::string& sb, const std
   return Fail(Errc::kNotFound, "no method filesystem.Filesystem/" + method);
 }
 
-// ---------------------------------------------------------------- /files
-
-// GET /files?path=: the file's bytes (streamed in agent-sized chunks).
-Awaitable<void> FilesGet(Ctx& ctx, const std::string& sb) {
-  core::Platform* p = ctx.platform;
-  std::string path = ctx.Query("path");
-  if (path.empty()) {
-    co_await ReplyRestError(ctx, 400, "path is required");
-    co_return;
-  }
-  const std::string base = co_await ctx.Blocking([&] { return RelativeBase(p, sb); });
-  path = AbsPath(path, base);
-  bool eof = false;
-  uint64_t size = 0;
-  auto first = co_await ctx.Blocking(
-      [&] { return p->ReadFileChunk(sb, path, 0, core::kFileChunkBytes, &eof, &size); });
-  if (!first) {
-    co_await ReplyRestError(ctx, first.error());
-    co_return;
-  }
-  if (eof) {
-    co_await ctx.ReplyBytes(200, std::move(*first), "application/octet-stream");
-    co_return;
-  }
-  co_await ctx.StartChunked(200, "application/octet-stream");
-  uint64_t off = first->size();
-  co_await ctx.WriteChunk(*first);
-  while (!eof) {
-    auto chunk = co_await ctx.Blocking(
-        [&] { return p->ReadFileChunk(sb, path, off, core::kFileChunkBytes, &eof, &size); });
-    // Mid-stream the status is sent: cutting the body short is the only way to fail.
-    if (!chunk) throw std::runtime_error("read " + path + ": " + chunk.error().message);
-    off += chunk->size();
-    co_await ctx.WriteChunk(*chunk);
-    if (chunk->empty()) break;
-  }
-  co_await ctx.EndChunked();
-}
-
-// Writes one uploaded file piece by piece: truncate on the first piece, then append.
-class FileSink {
- public:
-  FileSink(core::Platform* platform, std::string sandbox, std::string file)
-      : p(platform), sb(std::move(sandbox)), path(std::move(file)) {}
-  core::Platform* p;
-  std::string sb, path;
-
-  // Buffers bytes, writing every full chunk (one agent round trip each).
-  Status Add(std::string_view bytes) {
-    pending.append(bytes);
-    size_t done = 0;
-    while (pending.size() - done >= core::kFileChunkBytes) {
-      SPACE_TRY(Write(std::string_view(pending).substr(done, core::kFileChunkBytes)));
-      done += core::kFileChunkBytes;
-    }
-    pending.erase(0, done);
-    return Ok();
-  }
-  // Writes what is buffered (an empty file when nothing was written yet).
-  Status Flush() {
-    SPACE_TRY(Write(pending));
-    pending.clear();
-    return Ok();
-  }
-
- private:
-  Status Write(std::string_view bytes) {
-    SPACE_TRY(p->WriteFileChunk(sb, path, offset, bytes, /*truncate=*/!started, 0644));
-    started = true;
-    offset += bytes.size();
-    return Ok();
-  }
-  uint64_t offset = 0;
-  bool started = false;
-  std::string pending;
-};
-
-Json WriteInfo(const std::string& path) {
-  return {{"name", path.substr(path.rfind('/') + 1)}, {"type", "file"}, {"path", path}};
-}
-
-// POST /files: multipart/form-data (one or more "file" parts) or application/octet-stream
-// (one file at ?path=). Answers [{name, type, path}...].
-Awaitable<void> FilesPost(Ctx& ctx, const std::string& sb) {
-  core::Platform* p = ctx.platform;
-  const int64_t max_bytes = p->config().max_file_bytes;
-  std::string query_path = ctx.Query("path");
-  if (!ctx.Header(http::field::content_encoding).empty()) {
-    co_await ReplyRestError(ctx, 400, "Content-Encoding is not supported; upload uncompressed");
-    co_return;
-  }
-  const std::string base = co_await ctx.Blocking([&] { return RelativeBase(p, sb); });
-  std::string ct_full = ctx.Header(http::field::content_type);
-  std::string ct = ContentType(ctx);
-  Json written = Json::array();
-  Status st = Ok();
-  if (ct == "multipart/form-data") {
-    std::string boundary = MultipartBoundary(ct_full);
-    if (boundary.empty()) {
-      co_await ReplyRestError(ctx, 400, "multipart body without a boundary");
-      co_return;
-    }
-    Multipart mp(boundary);
-    std::optional<FileSink> sink;
-    mp.on_part = [&](const std::string& filename) -> Status {
-      std::string path = !query_path.empty() ? query_path : filename;
-      if (path.empty()) return Fail(Errc::kInvalidArgument, "a file part has no path (filename)");
-      sink.emplace(p, sb, AbsPath(path, base));
-      return Ok();
-    };
-    // The callbacks run inside Feed, on the blocking pool (they talk to the agent).
-    mp.on_data = [&](std::string_view bytes) -> Status { return sink->Add(bytes); };
-    mp.on_end = [&]() -> Status {
-      SPACE_TRY(sink->Flush());
-      written.push_back(WriteInfo(sink->path));
-      sink.reset();
-      return Ok();
-    };
-    std::function<Awaitable<Status>(std::string_view)> feed =
-        [&](std::string_view data) -> Awaitable<Status> {
-      std::string copy(data);
-      co_return co_await ctx.Blocking([&] { return mp.Feed(copy); });
-    };
-    st = co_await ctx.ReadBodyStream(static_cast<size_t>(max_bytes) + (1u << 20), feed);
-    if (st && !mp.done()) st = Fail(Errc::kInvalidArgument, "multipart body ends before its final boundary");
-  } else if (ct == "application/octet-stream") {
-    if (query_path.empty()) {
-      co_await ReplyRestError(ctx, 400, "path is required for an octet-stream upload");
-      co_return;
-    }
-    FileSink sink(p, sb, AbsPath(query_path, base));
-    std::function<Awaitable<Status>(std::string_view)> feed =
-        [&](std::string_view data) -> Awaitable<Status> {
-      std::string copy(data);
-      co_return co_await ctx.Blocking([&] { return sink.Add(copy); });
-    };
-    st = co_await ctx.ReadBodyStream(static_cast<size_t>(max_bytes), feed);
-    if (st) st = co_await ctx.Blocking([&] { return sink.Flush(); });
-    if (st) written.push_back(WriteInfo(sink.path));
-  } else {
-    co_await ReplyRestError(ctx, 400, "Content-Type must be multipart/form-data or application/octet-stream");
-    co_return;
-  }
-  if (!st) {
-    co_await ReplyRestError(ctx, st.error());
-    co_return;
-  }
-  co_await ctx.Reply(200, written);
-}
-
 }  // namespace
 
 Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sb) {
@@ -600,11 +447,11 @@ Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sb) {
     co_return true;
   }
   if (path == "/files" && ctx.method == "GET") {
-    co_await FilesGet(ctx, sb);
+    co_await EnvdFilesGet(ctx, sb);
     co_return true;
   }
   if (path == "/files" && ctx.method == "POST") {
-    co_await FilesPost(ctx, sb);
+    co_await EnvdFilesPost(ctx, sb);
     co_return true;
   }
   if (!is_rpc) {
