@@ -872,6 +872,73 @@ TEST_F(AgentTest, Throughput) {
               kTotal / secs / 1e6, static_cast<unsigned long long>(o.frames));
 }
 
+TEST_F(AgentTest, WritesAndMkdirsAsAUserAndNamesOwners) {
+  // The sandbox's own account files (inside the root, not the host's).
+  ASSERT_EQ(::mkdir((root_ + "/etc").c_str(), 0755), 0);
+  ASSERT_TRUE(sys::WriteFileAtomic(root_ + "/etc/passwd",
+                                   "root:x:0:0:root:/root:/bin/sh\nuser:x:1234:2345::/home/user:/bin/sh\n"));
+  ASSERT_TRUE(sys::WriteFileAtomic(root_ + "/etc/group", "root:x:0:\nusers:x:2345:\n"));
+  StartAgent();
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  auto call = [&](Json req, std::string_view body = {}) { return Call(*c, req, body); };
+  auto owner = [&](const std::string& p) {
+    struct stat st {};
+    EXPECT_EQ(::lstat((root_ + p).c_str(), &st), 0) << p;
+    return std::make_pair(st.st_uid, st.st_gid);
+  };
+  using Ids = std::pair<uid_t, gid_t>;
+
+  auto w = call({{"op", "write"}, {"path", "/home/user/d/f.txt"}, {"create_parents", true}, {"user", "user"}},
+                "mine");
+  ASSERT_EQ(w.json["ok"], true) << w.json.dump();
+  EXPECT_EQ(owner("/home/user/d/f.txt"), Ids(1234, 2345));
+  EXPECT_EQ(owner("/home/user/d"), Ids(1234, 2345));
+  EXPECT_EQ(owner("/home"), Ids(1234, 2345));  // made for this call too
+  // A later piece leaves the owner; a write from offset 0 by root takes the file back.
+  ASSERT_EQ(::chown((root_ + "/home/user/d/f.txt").c_str(), 0, 0), 0);
+  EXPECT_EQ(call({{"op", "write"}, {"path", "/home/user/d/f.txt"}, {"offset", 4}, {"user", "user"}}, "!")
+                .json["ok"], true);
+  EXPECT_EQ(owner("/home/user/d/f.txt"), Ids(0, 0));
+  EXPECT_EQ(call({{"op", "write"}, {"path", "/home/user/d/f.txt"}, {"truncate", true}, {"user", 1234}}, "x")
+                .json["ok"], true);
+  EXPECT_EQ(owner("/home/user/d/f.txt"), Ids(1234, 2345));
+  // Without a user nothing changes hands (existing dirs stay as they are).
+  EXPECT_EQ(call({{"op", "write"}, {"path", "/home/user/d/root.txt"}}, "r").json["ok"], true);
+  EXPECT_EQ(owner("/home/user/d/root.txt"), Ids(0, 0));
+
+  EXPECT_EQ(call({{"op", "mkdir"}, {"path", "/home/user/m/n"}, {"parents", true}, {"user", "user"}}).json["ok"], true);
+  EXPECT_EQ(owner("/home/user/m"), Ids(1234, 2345));
+  EXPECT_EQ(owner("/home/user/m/n"), Ids(1234, 2345));
+  EXPECT_EQ(call({{"op", "mkdir"}, {"path", "/home/user/m/solo"}, {"user", "user"}}).json["ok"], true);
+  EXPECT_EQ(owner("/home/user/m/solo"), Ids(1234, 2345));
+
+  // Entries name their owners from the sandbox's files; unknown ids have no names.
+  auto st = call({{"op", "stat"}, {"path", "/home/user/d/f.txt"}});
+  EXPECT_EQ(st.json["entry"]["user"], "user") << st.json.dump();
+  EXPECT_EQ(st.json["entry"]["group"], "users");
+  ASSERT_EQ(::chown((root_ + "/home/user/d/root.txt").c_str(), 4242, 4242), 0);
+  auto ls = call({{"op", "list"}, {"path", "/home/user/d"}});
+  ASSERT_EQ(ls.json["entries"].size(), 2u) << ls.json.dump();
+  for (const Json& e : ls.json["entries"]) {
+    if (e["name"] == "root.txt") {
+      EXPECT_FALSE(e.contains("user")) << e.dump();
+      EXPECT_EQ(e["uid"], 4242);
+    } else {
+      EXPECT_EQ(e["user"], "user") << e.dump();
+    }
+  }
+  EXPECT_EQ(call({{"op", "stat"}, {"path", "/"}}).json["entry"]["user"], "root");
+
+  // Bad users: unknown names, wrong types; nothing is written.
+  EXPECT_EQ(ErrorCode(call({{"op", "write"}, {"path", "/x1"}, {"user", "nobody-here"}}, "x").json), "not_found");
+  EXPECT_EQ(ErrorCode(call({{"op", "write"}, {"path", "/x2"}, {"user", true}}, "x").json), "invalid_argument");
+  EXPECT_EQ(ErrorCode(call({{"op", "mkdir"}, {"path", "/x3"}, {"user", -5}}).json), "invalid_argument");
+  EXPECT_NE(::access((root_ + "/x1").c_str(), F_OK), 0);
+  EXPECT_NE(::access((root_ + "/x2").c_str(), F_OK), 0);
+  EXPECT_NE(::access((root_ + "/x3").c_str(), F_OK), 0);
+}
+
 TEST_F(AgentTest, FileOpsRoundTrip) {
   StartAgent();
   auto c = Connect();

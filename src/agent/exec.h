@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "agent/users.h"
 #include "common/common.h"
 #include "common/json.h"
 #include "sys/sys.h"
@@ -44,21 +45,6 @@ struct ExecRequest {
 
 // Validates the JSON of an exec request. Errors are invalid_argument.
 [[nodiscard]] Result<ExecRequest> ParseExecRequest(const Json& j);
-
-struct UserInfo {
-  uid_t uid = 0;
-  gid_t gid = 0;
-  std::vector<gid_t> groups;  // supplementary groups, primary gid included
-  std::string name;           // empty when the uid has no passwd entry
-  std::string home;           // "/" when unknown
-};
-
-// Looks `user` (a name or a decimal uid) up in the given passwd/group files. A numeric
-// uid without a passwd entry is accepted with gid 0 and home "/" (as runc does); an
-// unknown name is not_found.
-[[nodiscard]] Result<UserInfo> LookupUser(const std::string& user,
-                                          const std::string& passwd_path = "/etc/passwd",
-                                          const std::string& group_path = "/etc/group");
 
 // A started child. The exec outcome is reported on `error_pipe`: EOF means the program
 // was exec'd; kExecFailureSize bytes describe the failure (decode with ExecFailure).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "agent/protocol.h"
+#include "agent/users.h"
 
 namespace space::agent {
 namespace {
@@ -39,6 +40,13 @@ Result<bool> BoolField(const Json& req, const char* key) {
   return *v;
 }
 
+// Gives `name` under `dirfd` (never following a symlink) to the user and their group.
+Status ChownAt(int dirfd, const std::string& name, const UserInfo& who, const std::string& path) {
+  if (::fchownat(dirfd, name.c_str(), who.uid, who.gid, AT_SYMLINK_NOFOLLOW) < 0)
+    return ErrnoFail("chown " + path);
+  return Ok();
+}
+
 std::string Join(const std::string& dir, std::string_view name) {
   std::string out = dir;
   if (out != "/") out += '/';
@@ -61,7 +69,8 @@ Result<std::string> ReadLinkAt(int dirfd, const char* name) {
 }
 
 // ENTRY of docs/agent-protocol.md. `dirfd`/`name` locate a symlink's target.
-Json EntryJson(const std::string& path, std::string_view name, const struct stat& st, int dirfd) {
+Json EntryJson(const std::string& path, std::string_view name, const struct stat& st, int dirfd,
+               const IdNames& names) {
   const char* type = S_ISREG(st.st_mode)   ? "file"
                      : S_ISDIR(st.st_mode) ? "dir"
                      : S_ISLNK(st.st_mode) ? "symlink"
@@ -75,6 +84,8 @@ Json EntryJson(const std::string& path, std::string_view name, const struct stat
       {"mtime_ms", static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000},
       {"uid", static_cast<int64_t>(st.st_uid)},
       {"gid", static_cast<int64_t>(st.st_gid)}};
+  if (std::string u = NameOfId(names.passwd, st.st_uid); !u.empty()) e["user"] = u;
+  if (std::string g = NameOfId(names.group, st.st_gid); !g.empty()) e["group"] = g;
   if (S_ISLNK(st.st_mode)) {
     auto target = ReadLinkAt(dirfd, std::string(name).c_str());
     if (target) e["link_target"] = *target;
@@ -85,7 +96,8 @@ Json EntryJson(const std::string& path, std::string_view name, const struct stat
 // Lists one directory (taking ownership of fd) into `out`, descending `depth - 1` more
 // levels. Subdirectories are opened O_NOFOLLOW relative to their parent, so the walk
 // never follows a symlink; unreadable subdirectories are skipped.
-Status Walk(int fd, const std::string& prefix, int depth, std::vector<Json>* out, bool* truncated) {
+Status Walk(int fd, const std::string& prefix, int depth, const IdNames& ids, std::vector<Json>* out,
+            bool* truncated) {
   DIR* d = ::fdopendir(fd);
   if (!d) {
     int err = errno;
@@ -107,10 +119,10 @@ Status Walk(int fd, const std::string& prefix, int depth, std::vector<Json>* out
     struct stat st;
     if (::fstatat(::dirfd(d), n.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) continue;  // raced away
     std::string path = Join(prefix, n);
-    out->push_back(EntryJson(path, n, st, ::dirfd(d)));
+    out->push_back(EntryJson(path, n, st, ::dirfd(d), ids));
     if (S_ISDIR(st.st_mode) && depth > 1) {
       int sub = ::openat(::dirfd(d), n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub >= 0) (void)Walk(sub, path, depth - 1, out, truncated);
+      if (sub >= 0) (void)Walk(sub, path, depth - 1, ids, out, truncated);
     }
   }
   ::closedir(d);
@@ -255,7 +267,40 @@ Result<std::pair<sys::UniqueFd, std::string>> FileService::ResolveParent(
   return std::make_pair(std::move(*fd), path.substr(slash + 1));
 }
 
-Status FileService::MkdirAll(const std::string& path, mode_t mode) const {
+std::string FileService::ReadInRoot(const std::string& path) const {
+  auto fd = Resolve(path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+  if (!fd) return "";
+  std::string out;
+  char buf[8192];
+  for (;;) {
+    ssize_t n = ::read(fd->get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > (4u << 20)) break;  // a passwd file is not this large: stop reading
+  }
+  return out;
+}
+
+IdNames FileService::Names() const { return IdNames{ReadInRoot("/etc/passwd"), ReadInRoot("/etc/group")}; }
+
+Result<std::optional<UserInfo>> FileService::OwnerOf(const Json& req) const {
+  const Json* u = JsonField(req, "user");
+  if (!u || u->is_null()) return std::optional<UserInfo>();
+  std::string user;
+  if (u->is_string() && !u->get<std::string>().empty()) {
+    user = u->get<std::string>();
+  } else if (u->is_number_integer() && u->get<int64_t>() >= 0 && u->get<int64_t>() < 0xffffffffll) {
+    user = std::to_string(u->get<int64_t>());
+  } else {
+    return Fail(Errc::kInvalidArgument, "user must be a name or a uid");
+  }
+  auto info = LookupUserIn(user, ReadInRoot("/etc/passwd"), ReadInRoot("/etc/group"), "/etc/passwd");
+  if (!info) return tl::unexpected(info.error());
+  return std::optional<UserInfo>(std::move(*info));
+}
+
+Status FileService::MkdirAll(const std::string& path, mode_t mode, const UserInfo* owner) const {
   auto prev = Resolve("/", O_PATH | O_DIRECTORY);
   if (!prev) return tl::unexpected(prev.error());
   std::string cur;
@@ -270,8 +315,11 @@ Status FileService::MkdirAll(const std::string& path, mode_t mode) const {
     // followed inside the root, like `mkdir -p` would.
     auto fd = Resolve(cur, O_PATH | O_DIRECTORY);
     if (!fd && fd.error().sys_errno == ENOENT) {
-      if (::mkdirat(prev->get(), comp.c_str(), mode) < 0 && errno != EEXIST)
-        return ErrnoFail("mkdir " + cur);
+      if (::mkdirat(prev->get(), comp.c_str(), mode) < 0) {
+        if (errno != EEXIST) return ErrnoFail("mkdir " + cur);
+      } else if (owner) {
+        SPACE_TRY(ChownAt(prev->get(), comp, *owner, cur));
+      }
       fd = Resolve(cur, O_PATH | O_DIRECTORY);
     }
     if (!fd) {
@@ -290,13 +338,13 @@ Result<Reply> FileService::Stat(const Json& req) {
   struct stat st;
   if (*path == "/") {
     if (::fstat(root_.get(), &st) < 0) return ErrnoFail("stat /");
-    return Reply{{{"ok", true}, {"entry", EntryJson("/", "/", st, -1)}}, {}};
+    return Reply{{{"ok", true}, {"entry", EntryJson("/", "/", st, -1, Names())}}, {}};
   }
   auto parent = ResolveParent(*path);
   if (!parent) return tl::unexpected(parent.error());
   if (::fstatat(parent->first.get(), parent->second.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0)
     return ErrnoFail("stat " + *path);
-  return Reply{{{"ok", true}, {"entry", EntryJson(*path, parent->second, st, parent->first.get())}},
+  return Reply{{{"ok", true}, {"entry", EntryJson(*path, parent->second, st, parent->first.get(), Names())}},
                {}};
 }
 
@@ -309,7 +357,7 @@ Result<Reply> FileService::List(const Json& req) {
   if (!dir) return tl::unexpected(dir.error());
   std::vector<Json> entries;
   bool truncated = false;
-  auto st = Walk(dir->Release(), *path, static_cast<int>(*depth), &entries, &truncated);
+  auto st = Walk(dir->Release(), *path, static_cast<int>(*depth), Names(), &entries, &truncated);
   if (!st) return tl::unexpected(st.error());
   std::sort(entries.begin(), entries.end(), [](const Json& a, const Json& b) {
     return a["path"].get_ref<const std::string&>() < b["path"].get_ref<const std::string&>();
@@ -363,9 +411,12 @@ Result<Reply> FileService::Write(const Json& req, std::string_view body) {
   if (!truncate) return tl::unexpected(truncate.error());
   auto parents = BoolField(req, "create_parents");
   if (!parents) return tl::unexpected(parents.error());
+  auto owner = OwnerOf(req);
+  if (!owner) return tl::unexpected(owner.error());
+  const UserInfo* who = *owner ? &**owner : nullptr;
   if (*parents) {
     size_t slash = path->rfind('/');
-    SPACE_TRY(MkdirAll(slash == 0 ? "/" : path->substr(0, slash), 0755));
+    SPACE_TRY(MkdirAll(slash == 0 ? "/" : path->substr(0, slash), 0755, who));
   }
   auto fd = Resolve(*path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY, static_cast<mode_t>(*mode));
   if (!fd) return tl::unexpected(fd.error());
@@ -373,6 +424,9 @@ Result<Reply> FileService::Write(const Json& req, std::string_view body) {
   if (::fstat(fd->get(), &st) < 0) return ErrnoFail("stat " + *path);
   if (!S_ISREG(st.st_mode))
     return Fail(Errc::kInvalidArgument, "write " + *path + ": not a regular file");
+  // The first piece of a write (offset 0) makes the file the user's, as if they wrote it.
+  if (who && *offset == 0 && ::fchown(fd->get(), who->uid, who->gid) < 0)
+    return ErrnoFail("chown " + *path);
   if (*truncate && ::ftruncate(fd->get(), 0) < 0) return ErrnoFail("truncate " + *path);
   size_t done = 0;
   while (done < body.size()) {
@@ -393,14 +447,20 @@ Result<Reply> FileService::Mkdir(const Json& req) {
   if (!parents) return tl::unexpected(parents.error());
   auto mode = IntField(req, "mode", 0755, 0, 07777);
   if (!mode) return tl::unexpected(mode.error());
+  auto owner = OwnerOf(req);
+  if (!owner) return tl::unexpected(owner.error());
+  const UserInfo* who = *owner ? &**owner : nullptr;
   if (*parents) {
-    SPACE_TRY(MkdirAll(*path, static_cast<mode_t>(*mode)));
+    SPACE_TRY(MkdirAll(*path, static_cast<mode_t>(*mode), who));
   } else {
     if (*path == "/") return Fail(Errc::kConflict, "mkdir /: exists");
     auto parent = ResolveParent(*path);
     if (!parent) return tl::unexpected(parent.error());
     if (::mkdirat(parent->first.get(), parent->second.c_str(), static_cast<mode_t>(*mode)) < 0)
       return ErrnoFail("mkdir " + *path);
+    if (who) {
+      SPACE_TRY(ChownAt(parent->first.get(), parent->second, *who, *path));
+    }
   }
   return Reply{{{"ok", true}}, {}};
 }

@@ -13,6 +13,9 @@
 #include <string>
 #include <string_view>
 
+#include <optional>
+
+#include "agent/users.h"
 #include "common/common.h"
 #include "common/json.h"
 #include "sys/sys.h"
@@ -21,6 +24,12 @@ namespace space::agent {
 
 inline constexpr int kMaxListDepth = 16;
 inline constexpr size_t kMaxListEntries = 10000;  // larger listings are truncated
+
+// The root's /etc/passwd and /etc/group texts, read once per request: entries carry the
+// names of their owner and group ("user", "group") when those files have them.
+struct IdNames {
+  std::string passwd, group;
+};
 
 class FileService {
  public:
@@ -53,7 +62,15 @@ class FileService {
   bool RootIsProcessRoot() const;
   // The parent directory (O_PATH) of a cleaned path other than "/", and the last name.
   Result<std::pair<sys::UniqueFd, std::string>> ResolveParent(const std::string& path) const;
-  Status MkdirAll(const std::string& path, mode_t mode) const;
+  // Creates the missing directories of `path`; those it creates belong to `owner` if given.
+  Status MkdirAll(const std::string& path, mode_t mode, const UserInfo* owner = nullptr) const;
+  // A whole small file inside the root ("" when it cannot be read).
+  std::string ReadInRoot(const std::string& path) const;
+  // The root's /etc/passwd and /etc/group, for the owner names of entries.
+  IdNames Names() const;
+  // A request's optional "user" (a name or a uid, looked up in the root's /etc/passwd as
+  // exec does): what a write or mkdir creates is then theirs.
+  Result<std::optional<UserInfo>> OwnerOf(const Json& req) const;
 
   sys::UniqueFd root_;
 };

@@ -91,7 +91,13 @@ TEST(GzipTest, DeflatedPiecesAreOneMemberZlibReads) {
   EXPECT_LT(gz.size(), data.size());
   EXPECT_EQ(GunzipWithZlib(gz), data);
   GzipDeflater empty;
-  EXPECT_EQ(GunzipWithZlib(empty.Feed("") + empty.Finish()), "");
+  std::string none = empty.Feed("");
+  none += empty.Finish();
+  EXPECT_EQ(GunzipWithZlib(none), "");
+  GzipDeflater small;  // all of it in one piece, then the end
+  std::string one = small.Feed("a small file\n");
+  one += small.Finish();
+  EXPECT_EQ(GunzipWithZlib(one), "a small file\n");
 }
 
 TEST(GzipTest, MembersOneAfterAnotherAreOneStream) {

@@ -421,23 +421,26 @@ Result<std::string> Platform::ReadFileChunk(const std::string& sandbox_id, const
 }
 
 Status Platform::WriteFileChunk(const std::string& sandbox_id, const std::string& path,
-                                uint64_t offset, std::string_view bytes, bool truncate, int mode) {
+                                uint64_t offset, std::string_view bytes, bool truncate, int mode,
+                                const std::string& user) {
   SPACE_TRY(ValidateSandboxPath(path));
   if (offset + bytes.size() > static_cast<uint64_t>(config_.max_file_bytes))
     return Fail(Errc::kTooLarge, "file larger than the limit of " +
                                      std::to_string(config_.max_file_bytes) + " bytes");
-  auto r = FileCall(*impl_, sandbox_id,
-                    {{"op", "write"}, {"path", path}, {"offset", offset}, {"truncate", truncate},
-                     {"mode", mode}, {"create_parents", true}},
-                    bytes);
+  Json req = {{"op", "write"}, {"path", path},   {"offset", offset},
+              {"truncate", truncate}, {"mode", mode}, {"create_parents", true}};
+  if (!user.empty()) req["user"] = user;
+  auto r = FileCall(*impl_, sandbox_id, req, bytes);
   if (!r) return tl::unexpected(r.error());
   return Ok();
 }
 
-Status Platform::MakeDir(const std::string& sandbox_id, const std::string& path) {
+Status Platform::MakeDir(const std::string& sandbox_id, const std::string& path,
+                        const std::string& user) {
   SPACE_TRY(ValidateSandboxPath(path));
-  auto r = FileCall(*impl_, sandbox_id, {{"op", "mkdir"}, {"path", path}, {"parents", true},
-                                         {"mode", 0755}});
+  Json req = {{"op", "mkdir"}, {"path", path}, {"parents", true}, {"mode", 0755}};
+  if (!user.empty()) req["user"] = user;
+  auto r = FileCall(*impl_, sandbox_id, req);
   if (!r) return tl::unexpected(r.error());
   return Ok();
 }

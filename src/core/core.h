@@ -342,10 +342,13 @@ class Platform {
   [[nodiscard]] Result<std::string> ReadFileChunk(const std::string& sandbox_id,
                                                   const std::string& path, uint64_t offset,
                                                   size_t length, bool* eof, uint64_t* size);
+  // With `user` (a name or uid of the sandbox's /etc/passwd), what the write or mkdir
+  // creates belongs to that user and their primary group; else to the agent (root).
   [[nodiscard]] Status WriteFileChunk(const std::string& sandbox_id, const std::string& path,
                                       uint64_t offset, std::string_view bytes, bool truncate,
-                                      int mode);
-  [[nodiscard]] Status MakeDir(const std::string& sandbox_id, const std::string& path);
+                                      int mode, const std::string& user = "");
+  [[nodiscard]] Status MakeDir(const std::string& sandbox_id, const std::string& path,
+                               const std::string& user = "");
   [[nodiscard]] Status RemoveFile(const std::string& sandbox_id, const std::string& path,
                                   bool recursive);
   [[nodiscard]] Status RenameFile(const std::string& sandbox_id, const std::string& from,

@@ -51,6 +51,9 @@ std::string EnvdContentType(const Ctx& ctx);
 // Where envd's relative paths start: the template's WORKDIR (E2B's user home in
 // e2b-base), else /.
 std::string RelativeBase(core::Platform* p, const std::string& sandbox_id);
+// Whom envd's file calls act as: `requested` (the call's username) if named, else the
+// sandbox's default user (its template's USER), "" for root (the agent itself).
+std::string FileUser(core::Platform* p, const std::string& sandbox_id, const std::string& requested);
 // E2B volumes: /volumes and /volumecontent (routes_e2b_volumes.cc, docs/volumes.md).
 Awaitable<bool> RouteVolumes(Ctx& ctx);
 // E2B's template build API, Template.build's calls (routes_e2b_templates.cc).

@@ -31,6 +31,15 @@ std::string RelativeBase(core::Platform* p, const std::string& sb) {
   return !wd.empty() && wd[0] == '/' ? wd : "/";
 }
 
+std::string FileUser(core::Platform* p, const std::string& sb, const std::string& requested) {
+  if (!requested.empty()) return requested;
+  auto rec = p->GetSandbox(sb);
+  if (!rec) return "";
+  const Json* tc = JsonField(rec->spec, "template_config");
+  std::string user = tc ? JsonStringOr(*tc, "user", "") : "";
+  return user == "root" || user == "0" ? "" : user;
+}
+
 namespace {
 
 namespace rpc = connect;
@@ -107,8 +116,8 @@ Json EntryInfo(const Json& e) {
               {"size", std::to_string(JsonIntOr(e, "size", 0))},  // int64: a JSON string
               {"mode", mode},
               {"permissions", Permissions(type, mode)},
-              {"owner", Owner(JsonIntOr(e, "uid", 0))},
-              {"group", Owner(JsonIntOr(e, "gid", 0))},
+              {"owner", JsonStringOr(e, "user", Owner(JsonIntOr(e, "uid", 0)))},
+              {"group", JsonStringOr(e, "group", Owner(JsonIntOr(e, "gid", 0)))},
               {"modifiedTime", FormatRfc3339(JsonIntOr(e, "mtime_ms", 0))}};
   if (const Json* t = JsonField(e, "link_target")) out["symlinkTarget"] = *t;
   return out;
@@ -375,7 +384,7 @@ Result<Json> ProcessUnary(core::Platform* p, const std::string& sb, const std::s
 // ---------------------------------------------------------------- filesystem.Filesystem
 
 Result<Json> FilesystemUnary(core::Platform* p, const std::string& sb, const std::string& method,
-                             const Json& req) {
+                             const Json& req, const std::string& caller) {
   const std::string base = RelativeBase(p, sb);
   if (method == "Move") {
     auto from = PathField(req, "source", base);
@@ -396,7 +405,12 @@ Result<Json> FilesystemUnary(core::Platform* p, const std::string& sb, const std
   if (method == "MakeDir") {
     // envd: an existing path is already_exists (the SDK's makeDir then returns false).
     if (p->StatFile(sb, *path)) return Fail(Errc::kConflict, "path already exists: " + *path);
-    SPACE_TRY(p->MakeDir(sb, *path));
+    // The directories it makes are the caller's (the sandbox's default user unless named).
+    std::string user = caller;
+    if (user.empty()) {
+      if (const Json* u = JsonField(req, "user")) user = JsonStringOr(*u, "username", "");
+    }
+    SPACE_TRY(p->MakeDir(sb, *path, FileUser(p, sb, user)));
     auto entry = p->StatFile(sb, *path);
     if (!entry) return tl::unexpected(entry.error());
     return Json{{"entry", EntryInfo(*entry)}};
@@ -497,10 +511,11 @@ Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sb) {
   auto msg = co_await ReadRequest(ctx, false);
   if (!msg) co_return true;
   Json req = std::move(*msg);
+  const std::string caller = BasicUser(ctx.Header(http::field::authorization));
   auto resp = co_await ctx.Blocking([&] {
     if (is_fs && (method == "CreateWatcher" || method == "GetWatcherEvents" || method == "RemoveWatcher"))
       return WatcherUnary(p, sb, method, req);
-    return is_process ? ProcessUnary(p, sb, method, req) : FilesystemUnary(p, sb, method, req);
+    return is_process ? ProcessUnary(p, sb, method, req) : FilesystemUnary(p, sb, method, req, caller);
   });
   if (!resp) {
     // The one conflict envd names differently: making a directory that exists.

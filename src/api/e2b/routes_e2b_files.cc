@@ -15,10 +15,10 @@ constexpr char kSupported[] = "supported: [identity, gzip]";
 // Writes one uploaded file piece by piece: truncate on the first piece, then append.
 class FileSink {
  public:
-  FileSink(core::Platform* platform, std::string sandbox, std::string file)
-      : p(platform), sb(std::move(sandbox)), path(std::move(file)) {}
+  FileSink(core::Platform* platform, std::string sandbox, std::string file, std::string owner)
+      : p(platform), sb(std::move(sandbox)), path(std::move(file)), user(std::move(owner)) {}
   core::Platform* p;
-  std::string sb, path;
+  std::string sb, path, user;
 
   // Buffers bytes, writing every full chunk (one agent round trip each).
   Status Add(std::string_view bytes) {
@@ -40,7 +40,7 @@ class FileSink {
 
  private:
   Status Write(std::string_view bytes) {
-    SPACE_TRY(p->WriteFileChunk(sb, path, offset, bytes, /*truncate=*/!started, 0644));
+    SPACE_TRY(p->WriteFileChunk(sb, path, offset, bytes, /*truncate=*/!started, 0644, user));
     started = true;
     offset += bytes.size();
     return Ok();
@@ -86,7 +86,10 @@ Awaitable<void> EnvdFilesGet(Ctx& ctx, const std::string& sb) {
   GzipDeflater deflater;
   if (eof) {
     std::string body = std::move(*first);
-    if (gzip) body = deflater.Feed(body) + deflater.Finish();
+    if (gzip) {
+      body = deflater.Feed(body);  // two statements: the order of a + b's operands is unspecified
+      body += deflater.Finish();
+    }
     co_await ctx.ReplyBytes(200, std::move(body), "application/octet-stream", headers);
     co_return;
   }
@@ -127,6 +130,9 @@ Awaitable<void> EnvdFilesPost(Ctx& ctx, const std::string& sb) {
   }
   const bool gzip = encoding == "gzip" || encoding == "x-gzip";
   const std::string base = co_await ctx.Blocking([&] { return RelativeBase(p, sb); });
+  // The files (and the directories made for them) belong to the user envd writes as.
+  const std::string requested = ctx.Query("username");
+  const std::string user = co_await ctx.Blocking([&] { return FileUser(p, sb, requested); });
   std::string ct_full = ctx.Header(http::field::content_type);
   std::string ct = EnvdContentType(ctx);
   // A multipart body may exceed the file limit by its part headers and boundaries.
@@ -158,7 +164,7 @@ Awaitable<void> EnvdFilesPost(Ctx& ctx, const std::string& sb) {
     mp.on_part = [&](const std::string& filename) -> Status {
       std::string path = !query_path.empty() ? query_path : filename;
       if (path.empty()) return Fail(Errc::kInvalidArgument, "a file part has no path (filename)");
-      sink.emplace(p, sb, AbsPath(path, base));
+      sink.emplace(p, sb, AbsPath(path, base), user);
       return Ok();
     };
     // The callbacks run inside Feed, on the blocking pool (they talk to the agent).
@@ -178,7 +184,7 @@ Awaitable<void> EnvdFilesPost(Ctx& ctx, const std::string& sb) {
       co_await ReplyRestError(ctx, 400, "path is required for an octet-stream upload");
       co_return;
     }
-    FileSink sink(p, sb, AbsPath(query_path, base));
+    FileSink sink(p, sb, AbsPath(query_path, base), user);
     to = [&](std::string_view b) { return sink.Add(b); };
     st = co_await ctx.ReadBodyStream(limit, feed);
     if (st) st = finish();

@@ -182,6 +182,29 @@ def test_files_list_exists_make_dir_rename_remove_get_info(sbx):
         sbx.files.list("/tmp/e2b/no-such-dir")
 
 
+def test_files_written_through_envd_belong_to_the_sandbox_user():
+    # E2B's `base` (SPACE's e2b-base) runs commands as `user`: what envd writes or makes is
+    # theirs too, so their own commands can change it, and entries name the owner.
+    sbx = Sandbox.create("base", timeout=600, metadata={"suite": RUN, "role": "owners"})
+    CREATED.append(sbx)
+    info = sbx.files.write("notes/todo.txt", "one\n")
+    assert info.path == "/home/user/notes/todo.txt"
+    entry = sbx.files.get_info("notes/todo.txt")
+    assert (entry.owner, entry.group) == ("user", "user")
+    assert sbx.files.get_info("notes").owner == "user"
+    sbx.commands.run("echo two >> notes/todo.txt && touch notes/new")
+    assert sbx.files.read("notes/todo.txt") == "one\ntwo\n"
+    assert sbx.files.make_dir("made/deep") is True
+    assert sbx.files.get_info("made/deep").owner == "user"
+    assert {e.name: e.owner for e in sbx.files.list("notes")} == {"todo.txt": "user", "new": "user"}
+    # A call that names another user acts as them.
+    sbx.files.write("/tmp/as-root.txt", "r", user="root")
+    assert sbx.files.get_info("/tmp/as-root.txt").owner == "root"
+    with pytest.raises(Exception):
+        sbx.files.write("/tmp/nobody.txt", "x", user="no-such-user-here")
+    assert sbx.files.exists("/tmp/nobody.txt") is False
+
+
 def test_pty_create_type_resize_exit(sbx):
     out = bytearray()
     term = sbx.pty.create(PtySize(rows=24, cols=80))
