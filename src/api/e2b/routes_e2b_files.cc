@@ -2,6 +2,8 @@
 // agent, like SPACE's own /files routes, with gzip either way as envd has it: a download
 // asked for with `Accept-Encoding: gzip` is compressed as it is read, an upload sent with
 // `Content-Encoding: gzip` is decompressed as it arrives (docs/e2b-compat.md).
+#include <optional>
+
 #include "api/e2b/e2b.h"
 #include "api/e2b/parse.h"
 #include "api/gzip.h"
@@ -83,19 +85,21 @@ Awaitable<void> EnvdFilesGet(Ctx& ctx, const std::string& sb) {
     co_await ReplyRestError(ctx, first.error());
     co_return;
   }
-  GzipDeflater deflater;
+  // zlib's state (a few hundred KiB) only for a response that is compressed.
+  std::optional<GzipDeflater> deflater;
+  if (gzip) deflater.emplace();
   if (eof) {
     std::string body = std::move(*first);
     if (gzip) {
-      body = deflater.Feed(body);  // two statements: the order of a + b's operands is unspecified
-      body += deflater.Finish();
+      body = deflater->Feed(body);  // two statements: the order of a + b's operands is unspecified
+      body += deflater->Finish();
     }
     co_await ctx.ReplyBytes(200, std::move(body), "application/octet-stream", headers);
     co_return;
   }
   co_await ctx.StartChunked(200, "application/octet-stream", headers);
   uint64_t off = first->size();
-  std::string out = gzip ? deflater.Feed(*first) : std::move(*first);
+  std::string out = gzip ? deflater->Feed(*first) : std::move(*first);
   if (!out.empty()) co_await ctx.WriteChunk(out);
   while (!eof) {
     auto chunk = co_await ctx.Blocking(
@@ -104,12 +108,12 @@ Awaitable<void> EnvdFilesGet(Ctx& ctx, const std::string& sb) {
     if (!chunk) throw std::runtime_error("read " + path + ": " + chunk.error().message);
     off += chunk->size();
     const bool ended = chunk->empty();
-    out = gzip ? deflater.Feed(*chunk) : std::move(*chunk);
+    out = gzip ? deflater->Feed(*chunk) : std::move(*chunk);
     if (!out.empty()) co_await ctx.WriteChunk(out);
     if (ended) break;
   }
   if (gzip) {
-    out = deflater.Finish();
+    out = deflater->Finish();
     if (!out.empty()) co_await ctx.WriteChunk(out);
   }
   co_await ctx.EndChunked();
@@ -139,11 +143,12 @@ Awaitable<void> EnvdFilesPost(Ctx& ctx, const std::string& sb) {
   const size_t limit = static_cast<size_t>(max_bytes) + (ct == "multipart/form-data" ? (1u << 20) : 0);
   // The body as it arrives, decompressed first when it is gzip (the limit then holds for
   // the decompressed bytes too); `to` gets the bytes.
-  GzipInflater inflater(limit);
+  std::optional<GzipInflater> inflater;
+  if (gzip) inflater.emplace(limit);
   auto decoded = [&](std::string_view data, const std::function<Status(std::string_view)>& to) {
-    return gzip ? inflater.Feed(data, to) : to(data);
+    return inflater ? inflater->Feed(data, to) : to(data);
   };
-  auto finish = [&]() -> Status { return gzip ? inflater.Finish() : Ok(); };
+  auto finish = [&]() -> Status { return inflater ? inflater->Finish() : Ok(); };
   // Where the decoded bytes go: the multipart parser, or the one file.
   std::function<Status(std::string_view)> to;
   std::function<Awaitable<Status>(std::string_view)> feed =
