@@ -25,6 +25,9 @@ namespace {
 
 constexpr const char* kQuotaReached = "output_quota_reached";
 constexpr const char* kDiskFull = "host_disk_full";
+// Other writers (the sandboxes' own files) take space too: look at least this often.
+constexpr int64_t kDiskRecheckBytes = 8 << 20;
+constexpr int64_t kDiskResumeSlack = 2 << 20;
 
 int64_t OutputQuotaOf(const store::SandboxRecord& rec, const Config& config) {
   const Json* l = JsonField(rec.spec, "limits");
@@ -94,9 +97,17 @@ Result<uint64_t> Platform::Impl::StoreOutput(Sandbox& sb, Command& cmd, store::O
   uint64_t fresh = end - size;
   uint64_t allow = fresh;
   const char* why = nullptr;
+  if (!disk_low && (disk_budget.load() < static_cast<int64_t>(fresh) ||
+                    disk_since_look.load() >= kDiskRecheckBytes))
+    RefreshDisk();
   if (disk_low) {
     allow = 0;
     why = kDiskFull;
+  } else if (const int64_t budget = disk_budget.load(); budget < static_cast<int64_t>(fresh)) {
+    // This chunk would cross the reserve: what fits is stored, the rest held.
+    allow = static_cast<uint64_t>(std::max<int64_t>(0, budget));
+    why = kDiskFull;
+    disk_low = true;
   }
   int64_t cap = sb.output_quota;
   if (cmd.drain) {
@@ -117,6 +128,8 @@ Result<uint64_t> Platform::Impl::StoreOutput(Sandbox& sb, Command& cmd, store::O
     // A failed write may have stored a part; the log knows how much.
     const uint64_t now = cmd.log->Size(s);
     sb.output_stored += static_cast<int64_t>(now - size);
+    disk_budget -= static_cast<int64_t>(now - size);
+    disk_since_look += static_cast<int64_t>(now - size);
     (s == store::OutputStream::kStdout ? counters.stdout_bytes : counters.stderr_bytes) += now - size;
     stored = now;
     if (!r) {
@@ -211,7 +224,11 @@ bool Platform::Impl::RefreshDisk() {
   const int64_t reserve =
       config.min_free_bytes >= 0 ? config.min_free_bytes : std::max<int64_t>(2ll << 30, total / 20);
   // Below 1 MiB the database could not commit anything: low whatever the reserve.
-  const bool low = free_bytes < std::max<int64_t>(reserve, 1 << 20);
+  const int64_t floor = std::max<int64_t>(reserve, 1 << 20);
+  // Output stops right at the reserve (StoreOutput's budget): once low, it stays low until
+  // a little more than that is free again, so held output does not resume and stop again
+  // at every look.
+  const bool low = free_bytes < floor || (disk_low.load() && free_bytes < floor + kDiskResumeSlack);
   if (low != disk_low.load()) {
     if (low) {
       spdlog::warn("data dir {}: {} free, below the reserve of {}: creates refused, output held",
@@ -223,6 +240,8 @@ bool Platform::Impl::RefreshDisk() {
   }
   disk_free = free_bytes;
   disk_reserve = reserve;
+  disk_budget = free_bytes - floor;
+  disk_since_look = 0;
   disk_low = low;
   return low;
 }

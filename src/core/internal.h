@@ -156,6 +156,11 @@ struct Platform::Impl {
   std::atomic<bool> disk_low{false};      // the data dir's free space is below the reserve
   std::atomic<int64_t> disk_free{0};      // bytes free there at the last look
   std::atomic<int64_t> disk_reserve{0};
+  // Output that may still be stored before the reserve is reached, as of the last look,
+  // and output stored since that look: StoreOutput looks again when the one runs out or
+  // the other passes kDiskRecheckBytes, so a flood stops at the reserve, not at a full disk.
+  std::atomic<int64_t> disk_budget{0};
+  std::atomic<int64_t> disk_since_look{0};
   std::mutex admit_mu;                    // memory admission: check and commit as one
   // Sets a sandbox's quota and counts its stored output. Caller holds sb.mu, before the
   // agent session exists (ConnectAgent).
