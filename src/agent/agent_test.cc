@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -937,6 +938,73 @@ TEST_F(AgentTest, WritesAndMkdirsAsAUserAndNamesOwners) {
   EXPECT_NE(::access((root_ + "/x1").c_str(), F_OK), 0);
   EXPECT_NE(::access((root_ + "/x2").c_str(), F_OK), 0);
   EXPECT_NE(::access((root_ + "/x3").c_str(), F_OK), 0);
+}
+
+TEST_F(AgentTest, WritesSetExtendedAttributesAndEntriesShowThem) {
+  StartAgent();
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  auto call = [&](Json req, std::string_view body = {}) { return Call(*c, req, body); };
+  auto xattr = [&](const std::string& p, const char* name) {
+    char buf[256];
+    ssize_t n = ::lgetxattr((root_ + p).c_str(), name, buf, sizeof buf);
+    return n < 0 ? std::string("<none>") : std::string(buf, static_cast<size_t>(n));
+  };
+  const Json attrs = {{"user.e2b.author", "mish"}, {"user.e2b.purpose", "upload"}};
+  auto w = call({{"op", "write"}, {"path", "/m.txt"}, {"xattr_prefix", "user.e2b."}, {"xattrs", attrs}}, "hi");
+  ASSERT_EQ(w.json["ok"], true) << w.json.dump();
+  EXPECT_EQ(xattr("/m.txt", "user.e2b.author"), "mish");
+  // An attribute of another prefix is left alone by a rewrite; those under it are replaced.
+  ASSERT_EQ(::setxattr((root_ + "/m.txt").c_str(), "user.other", "keep", 4, 0), 0);
+  auto st = call({{"op", "stat"}, {"path", "/m.txt"}, {"xattr_prefix", "user.e2b."}});
+  EXPECT_EQ(st.json["entry"]["xattrs"], attrs) << st.json.dump();
+  EXPECT_FALSE(call({{"op", "stat"}, {"path", "/m.txt"}}).json["entry"].contains("xattrs"));
+  ASSERT_EQ(call({{"op", "mkdir"}, {"path", "/d"}}).json["ok"], true);
+  ASSERT_EQ(call({{"op", "rename"}, {"from", "/m.txt"}, {"to", "/d/m.txt"}}).json["ok"], true);
+  auto ls = call({{"op", "list"}, {"path", "/d"}, {"xattr_prefix", "user.e2b."}});
+  ASSERT_EQ(ls.json["entries"].size(), 1u) << ls.json.dump();
+  EXPECT_EQ(ls.json["entries"][0]["xattrs"], attrs);
+  // A later piece (offset > 0) keeps them; a new write from 0 with none clears its prefix.
+  EXPECT_EQ(call({{"op", "write"}, {"path", "/d/m.txt"}, {"offset", 2}, {"xattr_prefix", "user.e2b."}}, "!")
+                .json["ok"], true);
+  EXPECT_EQ(xattr("/d/m.txt", "user.e2b.author"), "mish");
+  EXPECT_EQ(call({{"op", "write"}, {"path", "/d/m.txt"}, {"truncate", true}, {"xattr_prefix", "user.e2b."}}, "x")
+                .json["ok"], true);
+  EXPECT_EQ(xattr("/d/m.txt", "user.e2b.author"), "<none>");
+  EXPECT_EQ(xattr("/d/m.txt", "user.other"), "keep");
+  EXPECT_FALSE(call({{"op", "stat"}, {"path", "/d/m.txt"}, {"xattr_prefix", "user.e2b."}})
+                   .json["entry"].contains("xattrs"));
+  // Values that are not text are not shown.
+  ASSERT_EQ(::setxattr((root_ + "/d/m.txt").c_str(), "user.e2b.bin", "\x01\x02", 2, 0), 0);
+  EXPECT_FALSE(call({{"op", "stat"}, {"path", "/d/m.txt"}, {"xattr_prefix", "user.e2b."}})
+                   .json["entry"].contains("xattrs"));
+
+  // Only the user namespace, inside the prefix, bounded; a refused write writes nothing.
+  for (const Json& bad : {Json{{"trusted.x", "v"}}, Json{{"security.capability", "v"}},
+                          Json{{"user.", "v"}}, Json{{"user.e2b.k", 5}}, Json{{"user.nope", "v"}},
+                          Json{{"user.e2b." + std::string(300, 'k'), "v"}},
+                          Json{{"user.e2b.k", std::string(5000, 'v')}}, Json("x")}) {
+    auto r = call({{"op", "write"}, {"path", "/bad.txt"}, {"xattr_prefix", "user.e2b."}, {"xattrs", bad}}, "x");
+    EXPECT_EQ(ErrorCode(r.json), "invalid_argument") << bad.dump();
+  }
+  EXPECT_EQ(ErrorCode(call({{"op", "stat"}, {"path", "/d"}, {"xattr_prefix", "trusted."}}).json), "invalid_argument");
+  EXPECT_EQ(ErrorCode(call({{"op", "list"}, {"path", "/d"}, {"xattr_prefix", 7}}).json), "invalid_argument");
+  EXPECT_NE(::access((root_ + "/bad.txt").c_str(), F_OK), 0);
+
+  // A symlink's entry says where it leads, resolved inside the root, and to what.
+  ASSERT_EQ(::symlink("m.txt", (root_ + "/d/link").c_str()), 0);
+  ASSERT_EQ(::symlink("/d", (root_ + "/dirlink").c_str()), 0);
+  ASSERT_EQ(::symlink("/nowhere", (root_ + "/dangling").c_str()), 0);
+  auto l = call({{"op", "stat"}, {"path", "/d/link"}}).json["entry"];
+  EXPECT_EQ(l["type"], "symlink") << l.dump();
+  EXPECT_EQ(l["link_target"], "m.txt");
+  EXPECT_EQ(l["target_path"], "/d/m.txt");
+  EXPECT_EQ(l["target_type"], "file");
+  l = call({{"op", "stat"}, {"path", "/dirlink"}}).json["entry"];
+  EXPECT_EQ(l["target_path"], "/d") << l.dump();
+  EXPECT_EQ(l["target_type"], "dir");
+  l = call({{"op", "stat"}, {"path", "/dangling"}}).json["entry"];
+  EXPECT_FALSE(l.contains("target_path")) << l.dump();
 }
 
 TEST_F(AgentTest, FileOpsRoundTrip) {

@@ -12,6 +12,7 @@
 
 #include "agent/protocol.h"
 #include "agent/users.h"
+#include "agent/xattrs.h"
 
 namespace space::agent {
 namespace {
@@ -68,13 +69,14 @@ Result<std::string> ReadLinkAt(int dirfd, const char* name) {
   }
 }
 
+const char* TypeName(mode_t mode) {
+  return S_ISREG(mode) ? "file" : S_ISDIR(mode) ? "dir" : S_ISLNK(mode) ? "symlink" : "other";
+}
+
 // ENTRY of docs/agent-protocol.md. `dirfd`/`name` locate a symlink's target.
 Json EntryJson(const std::string& path, std::string_view name, const struct stat& st, int dirfd,
                const IdNames& names) {
-  const char* type = S_ISREG(st.st_mode)   ? "file"
-                     : S_ISDIR(st.st_mode) ? "dir"
-                     : S_ISLNK(st.st_mode) ? "symlink"
-                                           : "other";
+  const char* type = TypeName(st.st_mode);
   Json e = {
       {"path", path},
       {"name", std::string(name)},
@@ -93,11 +95,18 @@ Json EntryJson(const std::string& path, std::string_view name, const struct stat
   return e;
 }
 
+// An ENTRY's "xattrs" under `prefix`, when asked for and it has some.
+void AddXattrs(Json& e, int dirfd, const char* name, const struct stat& st, const std::string& prefix) {
+  if (prefix.empty()) return;
+  Json x = XattrsAt(dirfd, name, st, prefix);
+  if (!x.empty()) e["xattrs"] = std::move(x);
+}
+
 // Lists one directory (taking ownership of fd) into `out`, descending `depth - 1` more
 // levels. Subdirectories are opened O_NOFOLLOW relative to their parent, so the walk
 // never follows a symlink; unreadable subdirectories are skipped.
-Status Walk(int fd, const std::string& prefix, int depth, const IdNames& ids, std::vector<Json>* out,
-            bool* truncated) {
+Status Walk(int fd, const std::string& prefix, int depth, const IdNames& ids,
+            const std::string& xattr_prefix, std::vector<Json>* out, bool* truncated) {
   DIR* d = ::fdopendir(fd);
   if (!d) {
     int err = errno;
@@ -120,9 +129,10 @@ Status Walk(int fd, const std::string& prefix, int depth, const IdNames& ids, st
     if (::fstatat(::dirfd(d), n.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) continue;  // raced away
     std::string path = Join(prefix, n);
     out->push_back(EntryJson(path, n, st, ::dirfd(d), ids));
+    AddXattrs(out->back(), ::dirfd(d), n.c_str(), st, xattr_prefix);
     if (S_ISDIR(st.st_mode) && depth > 1) {
       int sub = ::openat(::dirfd(d), n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub >= 0) (void)Walk(sub, path, depth - 1, ids, out, truncated);
+      if (sub >= 0) (void)Walk(sub, path, depth - 1, ids, xattr_prefix, out, truncated);
     }
   }
   ::closedir(d);
@@ -284,6 +294,23 @@ std::string FileService::ReadInRoot(const std::string& path) const {
 
 IdNames FileService::Names() const { return IdNames{ReadInRoot("/etc/passwd"), ReadInRoot("/etc/group")}; }
 
+void FileService::AddTarget(Json& e, const std::string& path) const {
+  auto fd = Resolve(path, O_PATH);
+  if (!fd) return;
+  struct stat st;
+  if (::fstat(fd->get(), &st) < 0) return;
+  e["target_type"] = TypeName(st.st_mode);
+  // The kernel's name for the fd, less the root's own (when the root is not "/").
+  auto real = ReadLinkAt(AT_FDCWD, ("/proc/self/fd/" + std::to_string(fd->get())).c_str());
+  auto root = ReadLinkAt(AT_FDCWD, ("/proc/self/fd/" + std::to_string(root_.get())).c_str());
+  if (!real || !root || real->empty() || (*real)[0] != '/') return;
+  if (*root != "/") {
+    if (!StartsWith(*real, *root) || (real->size() > root->size() && (*real)[root->size()] != '/')) return;
+    *real = real->size() == root->size() ? "/" : real->substr(root->size());
+  }
+  e["target_path"] = *real;
+}
+
 Result<std::optional<UserInfo>> FileService::OwnerOf(const Json& req) const {
   const Json* u = JsonField(req, "user");
   if (!u || u->is_null()) return std::optional<UserInfo>();
@@ -335,17 +362,23 @@ Status FileService::MkdirAll(const std::string& path, mode_t mode, const UserInf
 Result<Reply> FileService::Stat(const Json& req) {
   auto path = PathField(req, "path");
   if (!path) return tl::unexpected(path.error());
+  auto xattr_prefix = XattrPrefixOf(req);
+  if (!xattr_prefix) return tl::unexpected(xattr_prefix.error());
   struct stat st;
   if (*path == "/") {
     if (::fstat(root_.get(), &st) < 0) return ErrnoFail("stat /");
-    return Reply{{{"ok", true}, {"entry", EntryJson("/", "/", st, -1, Names())}}, {}};
+    Json e = EntryJson("/", "/", st, -1, Names());
+    AddXattrs(e, root_.get(), ".", st, *xattr_prefix);
+    return Reply{{{"ok", true}, {"entry", std::move(e)}}, {}};
   }
   auto parent = ResolveParent(*path);
   if (!parent) return tl::unexpected(parent.error());
   if (::fstatat(parent->first.get(), parent->second.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0)
     return ErrnoFail("stat " + *path);
-  return Reply{{{"ok", true}, {"entry", EntryJson(*path, parent->second, st, parent->first.get(), Names())}},
-               {}};
+  Json e = EntryJson(*path, parent->second, st, parent->first.get(), Names());
+  AddXattrs(e, parent->first.get(), parent->second.c_str(), st, *xattr_prefix);
+  if (S_ISLNK(st.st_mode)) AddTarget(e, *path);
+  return Reply{{{"ok", true}, {"entry", std::move(e)}}, {}};
 }
 
 Result<Reply> FileService::List(const Json& req) {
@@ -353,11 +386,14 @@ Result<Reply> FileService::List(const Json& req) {
   if (!path) return tl::unexpected(path.error());
   auto depth = IntField(req, "depth", 1, 1, kMaxListDepth);
   if (!depth) return tl::unexpected(depth.error());
+  auto xattr_prefix = XattrPrefixOf(req);
+  if (!xattr_prefix) return tl::unexpected(xattr_prefix.error());
   auto dir = Resolve(*path, O_RDONLY | O_DIRECTORY);
   if (!dir) return tl::unexpected(dir.error());
   std::vector<Json> entries;
   bool truncated = false;
-  auto st = Walk(dir->Release(), *path, static_cast<int>(*depth), Names(), &entries, &truncated);
+  auto st = Walk(dir->Release(), *path, static_cast<int>(*depth), Names(), *xattr_prefix, &entries,
+                 &truncated);
   if (!st) return tl::unexpected(st.error());
   std::sort(entries.begin(), entries.end(), [](const Json& a, const Json& b) {
     return a["path"].get_ref<const std::string&>() < b["path"].get_ref<const std::string&>();
@@ -413,6 +449,8 @@ Result<Reply> FileService::Write(const Json& req, std::string_view body) {
   if (!parents) return tl::unexpected(parents.error());
   auto owner = OwnerOf(req);
   if (!owner) return tl::unexpected(owner.error());
+  auto xattrs = XattrWriteOf(req);
+  if (!xattrs) return tl::unexpected(xattrs.error());
   const UserInfo* who = *owner ? &**owner : nullptr;
   if (*parents) {
     size_t slash = path->rfind('/');
@@ -427,6 +465,9 @@ Result<Reply> FileService::Write(const Json& req, std::string_view body) {
   // The first piece of a write (offset 0) makes the file the user's, as if they wrote it.
   if (who && *offset == 0 && ::fchown(fd->get(), who->uid, who->gid) < 0)
     return ErrnoFail("chown " + *path);
+  // Its extended attributes with its first piece (a rewrite replaces them too), before
+  // the old content goes: a filesystem without them refuses the write whole.
+  if (*xattrs && *offset == 0) SPACE_TRY(ApplyXattrs(fd->get(), **xattrs, *path));
   if (*truncate && ::ftruncate(fd->get(), 0) < 0) return ErrnoFail("truncate " + *path);
   size_t done = 0;
   while (done < body.size()) {

@@ -66,6 +66,9 @@ class FileService {
   Status MkdirAll(const std::string& path, mode_t mode, const UserInfo* owner = nullptr) const;
   // A whole small file inside the root ("" when it cannot be read).
   std::string ReadInRoot(const std::string& path) const;
+  // A symlink's "target_path" (where it leads, resolved inside the root, absolute) and
+  // "target_type"; neither for a dangling link.
+  void AddTarget(Json& entry, const std::string& path) const;
   // The root's /etc/passwd and /etc/group, for the owner names of entries.
   IdNames Names() const;
   // A request's optional "user" (a name or a uid, looked up in the root's /etc/passwd as

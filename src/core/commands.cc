@@ -388,19 +388,25 @@ Result<agent::Message> FileCall(Platform::Impl& impl, const std::string& sandbox
 }
 }  // namespace
 
-Result<Json> Platform::StatFile(const std::string& sandbox_id, const std::string& path) {
+Result<Json> Platform::StatFile(const std::string& sandbox_id, const std::string& path,
+                               const std::string& xattr_prefix) {
   SPACE_TRY(ValidateSandboxPath(path));
-  auto r = FileCall(*impl_, sandbox_id, {{"op", "stat"}, {"path", path}});
+  Json req = {{"op", "stat"}, {"path", path}};
+  if (!xattr_prefix.empty()) req["xattr_prefix"] = xattr_prefix;
+  auto r = FileCall(*impl_, sandbox_id, req);
   if (!r) return tl::unexpected(r.error());
   const Json* e = JsonField(r->json, "entry");
   if (!e) return Fail(Errc::kInternal, "agent stat: no entry");
   return *e;
 }
 
-Result<Json> Platform::ListFiles(const std::string& sandbox_id, const std::string& path, int depth) {
+Result<Json> Platform::ListFiles(const std::string& sandbox_id, const std::string& path, int depth,
+                                const std::string& xattr_prefix) {
   SPACE_TRY(ValidateSandboxPath(path));
   if (depth < 1 || depth > 16) return Fail(Errc::kInvalidArgument, "depth must be 1..16");
-  auto r = FileCall(*impl_, sandbox_id, {{"op", "list"}, {"path", path}, {"depth", depth}});
+  Json req = {{"op", "list"}, {"path", path}, {"depth", depth}};
+  if (!xattr_prefix.empty()) req["xattr_prefix"] = xattr_prefix;
+  auto r = FileCall(*impl_, sandbox_id, req);
   if (!r) return tl::unexpected(r.error());
   const Json* e = JsonField(r->json, "entries");
   if (!e || !e->is_array()) return Fail(Errc::kInternal, "agent list: no entries");
@@ -422,7 +428,7 @@ Result<std::string> Platform::ReadFileChunk(const std::string& sandbox_id, const
 
 Status Platform::WriteFileChunk(const std::string& sandbox_id, const std::string& path,
                                 uint64_t offset, std::string_view bytes, bool truncate, int mode,
-                                const std::string& user) {
+                                const std::string& user, const FileAttrs* attrs) {
   SPACE_TRY(ValidateSandboxPath(path));
   if (offset + bytes.size() > static_cast<uint64_t>(config_.max_file_bytes))
     return Fail(Errc::kTooLarge, "file larger than the limit of " +
@@ -430,6 +436,10 @@ Status Platform::WriteFileChunk(const std::string& sandbox_id, const std::string
   Json req = {{"op", "write"}, {"path", path},   {"offset", offset},
               {"truncate", truncate}, {"mode", mode}, {"create_parents", true}};
   if (!user.empty()) req["user"] = user;
+  if (attrs && offset == 0) {
+    req["xattr_prefix"] = attrs->prefix;
+    req["xattrs"] = attrs->set;
+  }
   auto r = FileCall(*impl_, sandbox_id, req, bytes);
   if (!r) return tl::unexpected(r.error());
   return Ok();

@@ -180,6 +180,14 @@ struct FileEntry {
   Json json;   // as in docs/agent-protocol.md (ENTRY)
 };
 
+// Extended attributes a file write sets (docs/agent-protocol.md, "write"): names in the
+// user namespace ("user.…"), values of at most 4 KiB; every attribute under `prefix` that
+// `set` lacks is removed, so a rewrite leaves none of the old ones behind.
+struct FileAttrs {
+  std::string prefix;
+  std::map<std::string, std::string> set;
+};
+
 class Platform {
  public:
   [[nodiscard]] static Result<std::unique_ptr<Platform>> Create(
@@ -334,19 +342,24 @@ class Platform {
   // (kInvalidArgument for the others). Output held at the old quota goes on (guards.cc).
   [[nodiscard]] Result<store::SandboxRecord> SetLimits(const std::string& id, const Json& limits);
 
-  // Files (paths absolute inside the sandbox).
-  [[nodiscard]] Result<Json> StatFile(const std::string& sandbox_id, const std::string& path);
+  // Files (paths absolute inside the sandbox). With `xattr_prefix` (e.g. "user.e2b."),
+  // entries carry "xattrs": {name: value} of their extended attributes under it (E2B's
+  // file metadata), when they have any.
+  [[nodiscard]] Result<Json> StatFile(const std::string& sandbox_id, const std::string& path,
+                                      const std::string& xattr_prefix = "");
   [[nodiscard]] Result<Json> ListFiles(const std::string& sandbox_id, const std::string& path,
-                                       int depth);
+                                       int depth, const std::string& xattr_prefix = "");
   // Reads a chunk; sets *eof and *size (file size).
   [[nodiscard]] Result<std::string> ReadFileChunk(const std::string& sandbox_id,
                                                   const std::string& path, uint64_t offset,
                                                   size_t length, bool* eof, uint64_t* size);
   // With `user` (a name or uid of the sandbox's /etc/passwd), what the write or mkdir
   // creates belongs to that user and their primary group; else to the agent (root).
+  // With `attrs`, the first piece (offset 0) also sets the file's extended attributes.
   [[nodiscard]] Status WriteFileChunk(const std::string& sandbox_id, const std::string& path,
                                       uint64_t offset, std::string_view bytes, bool truncate,
-                                      int mode, const std::string& user = "");
+                                      int mode, const std::string& user = "",
+                                      const FileAttrs* attrs = nullptr);
   [[nodiscard]] Status MakeDir(const std::string& sandbox_id, const std::string& path,
                                const std::string& user = "");
   [[nodiscard]] Status RemoveFile(const std::string& sandbox_id, const std::string& path,
