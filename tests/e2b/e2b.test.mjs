@@ -352,7 +352,14 @@ describe('lifecycle and listing', () => {
 
   test('kill, isRunning and the not-found errors after it', async () => {
     const sbx = await create({ metadata: { role: 'kill' } })
+    // A command running when its sandbox is killed: its stream is cut, as envd's is, so the
+    // SDK finds the sandbox gone and says so (a TimeoutError), not an exit error.
+    const bg = await sbx.commands.run('sleep 60', { background: true })
+    const waited = bg.wait().catch((e) => e)
     assert.equal(await sbx.kill(), true)
+    const err = await waited
+    assert.ok(err instanceof TimeoutError || !sdkAtLeast('2.45.0'), `${err?.constructor?.name}: ${err?.message}`)
+    assert.ok(!(err instanceof CommandExitError), `${err?.constructor?.name}: ${err?.message}`)
     assert.equal(await sbx.isRunning(), false)
     assert.equal(await Sandbox.kill(sbx.sandboxId), false)
     await assert.rejects(sbx.getInfo(), SandboxNotFoundError)
@@ -862,6 +869,106 @@ describe('envd extras', () => {
     await waitFor(async () => events.includes(`${FilesystemEventType.REMOVE}:a.txt`), 'the remove event', 5_000)
     await h.stop()
     await assert.rejects(sbx.files.watchDir('/tmp/no-such-dir', () => {}), (e) => e instanceof FileNotFoundError || e instanceof SandboxError)
+  })
+
+  test('files.watchDir with includeEntry gives events their entry (allowNetworkMounts changes nothing)', { skip: !sdkAtLeast('2.45.0') && `SDK ${SDK_VERSION} has no includeEntry` }, async () => {
+    await sbx.files.makeDir('/tmp/watched-entry')
+    const got = []
+    const h = await sbx.files.watchDir('/tmp/watched-entry', (e) => got.push(e), { includeEntry: true, allowNetworkMounts: true })
+    await sbx.files.write('/tmp/watched-entry/f.txt', 'one')
+    await waitFor(async () => got.some((e) => e.name === 'f.txt' && e.entry), 'an event with its entry', 5_000)
+    const ev = got.find((e) => e.name === 'f.txt' && e.entry)
+    assert.equal(ev.entry.path, '/tmp/watched-entry/f.txt')
+    assert.equal(ev.entry.type, 'file')
+    assert.equal(ev.entry.size, 3)
+    await sbx.files.remove('/tmp/watched-entry/f.txt')
+    await waitFor(async () => got.some((e) => e.type === FilesystemEventType.REMOVE), 'the remove event', 5_000)
+    assert.equal(got.find((e) => e.type === FilesystemEventType.REMOVE).entry, undefined)
+    await h.stop()
+  })
+
+  test('file metadata: X-Metadata-* as user.e2b.* attributes, shown by getInfo, list, rename; a rewrite replaces it', { skip: !sdkAtLeast('2.45.0') && `SDK ${SDK_VERSION} has no file metadata` }, async () => {
+    const meta = { author: 'mish', purpose: 'upload' }
+    const info = await sbx.files.write('/e2b-meta/a.txt', 'content', { metadata: meta })
+    assert.deepEqual(info.metadata, meta)
+    assert.deepEqual((await sbx.files.getInfo('/e2b-meta/a.txt')).metadata, meta)
+    const listed = (await sbx.files.list('/e2b-meta')).find((e) => e.name === 'a.txt')
+    assert.deepEqual(listed.metadata, meta)
+    const moved = await sbx.files.rename('/e2b-meta/a.txt', '/e2b-meta/b.txt')
+    assert.deepEqual(moved.metadata, meta)
+    const plain = await sbx.files.write('/e2b-meta/b.txt', 'again')
+    assert.equal(plain.metadata, undefined)
+    assert.equal((await sbx.files.getInfo('/e2b-meta/b.txt')).metadata, undefined)
+    const many = await sbx.files.write(
+      [
+        { path: '/e2b-meta/1.txt', data: '1' },
+        { path: '/e2b-meta/2.txt', data: '2' },
+      ],
+      { metadata: { source: 'suite' } },
+    )
+    for (const f of many) assert.deepEqual((await sbx.files.getInfo(f.path)).metadata, { source: 'suite' })
+    const oct = await sbx.files.write('/e2b-meta/o.txt', 'o', { metadata: { k: 'v' }, useOctetStream: true })
+    assert.deepEqual(oct.metadata, { k: 'v' })
+    assert.deepEqual((await sbx.files.getInfo('/e2b-meta/o.txt')).metadata, { k: 'v' })
+    // What the SDK refuses to send, spaced refuses too: 400, and nothing is written.
+    const res = await fetch(`${process.env.E2B_SANDBOX_URL}/files?path=/e2b-meta/bad.txt`, {
+      method: 'POST',
+      headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': sbx.envdAccessToken, 'Content-Type': 'application/octet-stream', 'X-Metadata-k': 'a\tb' },
+      body: 'x',
+    })
+    assert.equal(res.status, 400, await res.text())
+    assert.equal(await sbx.files.exists('/e2b-meta/bad.txt'), false)
+  })
+
+  test('getInfo of a symlink: what it leads to, and where, absolute (as envd)', async () => {
+    await sbx.files.write('/tmp/ln/target.txt', 'x')
+    const made = await sbx.commands.run('cd /tmp/ln && ln -s target.txt rel && ln -s /tmp/ln abs && ln -s nowhere dangling')
+    assert.equal(made.exitCode, 0)
+    const rel = await sbx.files.getInfo('/tmp/ln/rel')
+    assert.equal(rel.symlinkTarget, '/tmp/ln/target.txt')
+    assert.equal(rel.type, 'file')
+    const abs = await sbx.files.getInfo('/tmp/ln/abs')
+    assert.equal(abs.symlinkTarget, '/tmp/ln')
+    assert.equal(abs.type, 'dir')
+    assert.equal((await sbx.files.getInfo('/tmp/ln/dangling')).symlinkTarget, '/tmp/ln/nowhere')
+    assert.equal((await sbx.files.getInfo('/tmp/ln/target.txt')).symlinkTarget, undefined)
+  })
+
+  test('signed file URLs: downloadUrl and uploadUrl, with and without expiry; expired, forged or misused ones are 401', async () => {
+    await sbx.files.write('/tmp/signed.txt', 'signed content')
+    const url = await sbx.downloadUrl('/tmp/signed.txt')
+    assert.ok(new URL(url).searchParams.get('signature').startsWith('v1_'), url)
+    let res = await fetch(url)  // nothing but the URL: no token, no sandbox header
+    assert.equal(res.status, 200)
+    assert.equal(await res.text(), 'signed content')
+    res = await fetch(await sbx.downloadUrl('/tmp/signed.txt', { useSignatureExpiration: 60 }))
+    assert.equal(res.status, 200)
+    assert.equal(await res.text(), 'signed content')
+    res = await fetch(await sbx.downloadUrl('/tmp/signed.txt', { useSignatureExpiration: -10 }))
+    assert.equal(res.status, 401)
+    assert.deepEqual(await res.json(), { code: 401, message: 'signature is already expired' })
+    // The signature covers the path, the operation and the expiry.
+    const other = new URL(url)
+    other.searchParams.set('path', '/etc/passwd')
+    assert.equal((await fetch(other)).status, 401)
+    const later = new URL(await sbx.downloadUrl('/tmp/signed.txt', { useSignatureExpiration: 60 }))
+    later.searchParams.set('signature_expiration', String(Number(later.searchParams.get('signature_expiration')) + 3600))
+    assert.equal((await fetch(later)).status, 401)
+    const form = () => {
+      const f = new FormData()
+      f.append('file', 'uploaded by url')
+      return f
+    }
+    assert.equal((await fetch(url, { method: 'POST', body: form() })).status, 401)  // a read URL does not write
+    const up = await sbx.uploadUrl('/tmp/up.txt', { useSignatureExpiration: 60 })
+    res = await fetch(up, { method: 'POST', body: form() })
+    assert.equal(res.status, 200)
+    assert.deepEqual(await res.json(), [{ name: 'up.txt', type: 'file', path: '/tmp/up.txt' }])
+    assert.equal(await sbx.files.read('/tmp/up.txt'), 'uploaded by url')
+    // Every connect gives the same envd token, so URLs signed through any handle work.
+    const again = await Sandbox.connect(sbx.sandboxId)
+    assert.equal(again.envdAccessToken, sbx.envdAccessToken)
+    assert.equal((await fetch(await again.downloadUrl('/tmp/up.txt'))).status, 200)
   })
 
   test('the watcher RPCs and StreamInput on the wire', async () => {

@@ -157,9 +157,9 @@ TEST(E2bSdkTest, OlderSdkReleases) {
   const std::string core =
       "create returns|getInfo reports|commands\\.run in the foreground|a non-zero exit|background commands|"
       "files: write and read|files: list|Sandbox\\.list|unknown sandbox|the API key is in E2B shape|"
-      "POST /sandboxes creates|commands\\.connect";
+      "POST /sandboxes creates|commands\\.connect|signed file URLs";
   for (const auto& [package, extra] : std::vector<std::pair<std::string, std::string>>{
-           {"e2b-2-7", ""}, {"e2b-2-45", "|sendStdin|pause, then connect|kill, isRunning|snapshots|files\\.watchDir"}}) {
+           {"e2b-2-7", ""}, {"e2b-2-45", "|sendStdin|pause, then connect|kill, isRunning|snapshots|files\\.watchDir|file metadata"}}) {
     SCOPED_TRACE(package);
     RunSuite(d, node, work, base_env, "^(" + core + extra + ")", max_file_bytes, "", package);
   }
@@ -194,7 +194,8 @@ TEST(E2bSdkTest, SdkOnGvisor) {
   ASSERT_TRUE(d.client().DeleteSandboxAndWait(probe, 60s));
   RunSuite(d, node, work, base_env,
            "^(create returns|commands\\.run in the foreground|a non-zero exit|background commands|"
-           "files: write and read|pause, then connect resumes|allowInternetAccess|network\\.denyOut)",
+           "files: write and read|getInfo of a symlink|pause, then connect resumes|"
+           "allowInternetAccess|network\\.denyOut)",
            max_file_bytes, net ? tmp->path() + "/servers.log" : "");
 }
 

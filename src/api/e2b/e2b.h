@@ -18,10 +18,12 @@
 
 namespace space::api::e2b {
 
-// The envd version the surface reports: the SDK gates features on it (0.5.7 enables
-// octet-stream uploads and closeStdin, and keeps file metadata and watch-with-entries,
-// which SPACE lacks, behind the SDK's own TemplateError).
-inline constexpr char kEnvdVersion[] = "0.5.7";
+// The envd version the surface reports: the SDK gates features on it (0.5.7: octet-stream
+// uploads and closeStdin; 0.6.2: file metadata; 0.6.3: watch events with their entry;
+// 0.6.4: watching with network mounts allowed).
+inline constexpr char kEnvdVersion[] = "0.6.4";
+// E2B's file metadata: extended attributes of this prefix, the rest of the name the key.
+inline constexpr char kMetadataXattrPrefix[] = "user.e2b.";
 // envd's port, as the SDKs name it in the E2b-Sandbox-Port header; calls that name any
 // other port go to that port inside the sandbox (the code interpreter's is 49999).
 inline constexpr char kEnvdPort[] = "49983";
@@ -60,9 +62,20 @@ Awaitable<bool> RouteVolumes(Ctx& ctx);
 Awaitable<bool> RouteTemplates(Ctx& ctx);
 
 // The `envdAccessToken` of a sandbox, checked on every envd request: SPACE's sandbox token
-// with every sandbox scope (expires; revoked when the sandbox is deleted).
+// with every sandbox scope, one per sandbox (the same at every create and connect, so
+// URLs signed with it can be checked), valid for the sandbox's life: revoked when it is
+// deleted or when its signing key is dropped.
 std::string AccessToken(const Ctx& ctx, const store::SandboxRecord& sb);
 bool AccessTokenValid(const Ctx& ctx, const std::string& sandbox_id, std::string_view token);
+// envd's signed /files URLs (the SDK's downloadUrl/uploadUrl): `signature` is
+// "v1_" + base64(sha256("path:operation:user:token[:expiration]")) without padding, with
+// the query's path and username as given, operation "read" (GET) or "write" (POST).
+// Ok, or kUnauthenticated saying why (expired, no match).
+[[nodiscard]] Status SignatureValid(const Ctx& ctx, const store::SandboxRecord& sb,
+                                    std::string_view operation);
+// An agent ENTRY (docs/agent-protocol.md) as filesystem.EntryInfo, its user.e2b.*
+// attributes as `metadata`.
+Json EntryInfo(const Json& entry);
 // The `trafficAccessToken`: a traffic token for every port of the sandbox, sent by E2B
 // clients as `e2b-traffic-access-token` (docs/ports.md); null for public-traffic sandboxes.
 Json TrafficToken(const Ctx& ctx, const store::SandboxRecord& sb);

@@ -319,7 +319,7 @@ Result<ListQuery> ParseListQuery(const std::function<std::vector<std::string>(co
 
 // ---------------------------------------------------------------- watching
 
-WatchState WatchStateOf(const Json& entries, const std::string& dir) {
+WatchState WatchStateOf(const Json& entries, const std::string& dir, bool keep_entries) {
   WatchState out;
   if (!entries.is_array()) return out;
   const std::string prefix = dir.empty() || dir.back() == '/' ? dir : dir + "/";
@@ -331,7 +331,8 @@ WatchState WatchStateOf(const Json& entries, const std::string& dir) {
     w.size = JsonIntOr(e, "size", 0);
     w.mtime_ms = JsonIntOr(e, "mtime_ms", 0);
     w.mode = JsonIntOr(e, "mode", 0);
-    out[path.substr(prefix.size())] = w;
+    if (keep_entries) w.entry = e;
+    out[path.substr(prefix.size())] = std::move(w);
   }
   return out;
 }

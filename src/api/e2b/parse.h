@@ -96,11 +96,12 @@ struct WatchEntry {
   int64_t size = 0;
   int64_t mtime_ms = 0;
   int64_t mode = 0;
+  Json entry;  // the agent ENTRY itself, kept when asked for (events with their entry)
 };
 // Relative path (to the watched directory) -> entry.
 using WatchState = std::map<std::string, WatchEntry>;
 // The state of an agent ListFiles answer (an array of ENTRY objects) under `dir`.
-WatchState WatchStateOf(const Json& entries, const std::string& dir);
+WatchState WatchStateOf(const Json& entries, const std::string& dir, bool keep_entries = false);
 // The events between two states, as {name, EVENT_TYPE_…}: a new entry is CREATE (then WRITE
 // when it has content), a changed size or mtime WRITE, a changed mode CHMOD, a gone one REMOVE.
 std::vector<std::pair<std::string, std::string>> DiffWatch(const WatchState& before, const WatchState& after);

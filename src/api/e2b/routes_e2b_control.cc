@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 #include "api/e2b/control.h"
@@ -133,6 +134,8 @@ std::string MissingBuiltin(core::Platform* p, const std::string& ref) {
 
 // A built-in's first build can take minutes (an import from the cache about one).
 constexpr int64_t kBuiltinWaitMs = 20 * 60 * 1000;
+// The envd token's claimed life: the sandbox's, in practice (deleting it revokes the token).
+constexpr int64_t kEnvdTokenLifeS = 10ll * 365 * 86400;
 
 Awaitable<void> Create(Ctx& ctx) {
   core::Platform* p = ctx.platform;
@@ -584,9 +587,39 @@ bool ApiKeyValid(const Ctx& ctx) {
 }
 
 std::string AccessToken(const Ctx& ctx, const store::SandboxRecord& sb) {
-  // SPACE's own sandbox token with every sandbox scope: it expires, and dies with the
-  // sandbox, like any other (docs/security.md).
-  return MintToken(ctx, sb, "", auth::kAllSandboxScopes).first;
+  // SPACE's own sandbox token with every sandbox scope, its claims all fixed by the
+  // sandbox (so every create and connect gives the same one, as envd's token is): it dies
+  // with the sandbox (its generation) or with the signing key, like any other
+  // (docs/security.md). E2B's clients hold it for the sandbox's life: no earlier expiry.
+  auth::Claims c;
+  c.sandbox_id = sb.id;
+  c.generation = sb.created_ms;
+  c.scopes = auth::kAllSandboxScopes;
+  c.issued_s = sb.created_ms / 1000;
+  c.expires_s = c.issued_s + kEnvdTokenLifeS;
+  return ctx.opts->signing_keys->Mint(c);
+}
+
+Status SignatureValid(const Ctx& ctx, const store::SandboxRecord& sb, std::string_view operation) {
+  const std::string sig = ctx.Query("signature");
+  if (sig.empty()) return Fail(Errc::kUnauthenticated, "missing or invalid X-Access-Token");
+  std::string raw = ctx.Query("path") + ":" + std::string(operation) + ":" + ctx.Query("username") +
+                    ":" + AccessToken(ctx, sb);
+  if (const std::string exp = ctx.Query("signature_expiration"); !exp.empty()) {
+    int64_t at = 0;
+    auto [end, ec] = std::from_chars(exp.data(), exp.data() + exp.size(), at);
+    if (ec != std::errc() || end != exp.data() + exp.size())
+      return Fail(Errc::kUnauthenticated, "invalid signature expiration");
+    if (at < NowUnixMillis() / 1000) return Fail(Errc::kUnauthenticated, "signature is already expired");
+    raw += ":" + exp;
+  }
+  unsigned char hash[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256(hash, reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
+  char b64[sodium_base64_ENCODED_LEN(crypto_hash_sha256_BYTES, sodium_base64_VARIANT_ORIGINAL_NO_PADDING)];
+  sodium_bin2base64(b64, sizeof b64, hash, sizeof hash, sodium_base64_VARIANT_ORIGINAL_NO_PADDING);
+  if (!auth::SecretEquals(sig, std::string("v1_") + b64))
+    return Fail(Errc::kUnauthenticated, "invalid signature");
+  return Ok();
 }
 
 Json TrafficToken(const Ctx& ctx, const store::SandboxRecord& sb) {

@@ -103,25 +103,6 @@ std::string Permissions(const std::string& type, int mode) {
 
 std::string Owner(int64_t id) { return id == 0 ? "root" : std::to_string(id); }
 
-// An agent ENTRY (docs/agent-protocol.md) as filesystem.EntryInfo.
-Json EntryInfo(const Json& e) {
-  std::string type = JsonStringOr(e, "type", "other");
-  int mode = static_cast<int>(JsonIntOr(e, "mode", 0));
-  Json out = {{"name", JsonStringOr(e, "name", "")},
-              {"type", type == "file"      ? "FILE_TYPE_FILE"
-                       : type == "dir"     ? "FILE_TYPE_DIRECTORY"
-                       : type == "symlink" ? "FILE_TYPE_SYMLINK"
-                                           : "FILE_TYPE_UNSPECIFIED"},
-              {"path", JsonStringOr(e, "path", "")},
-              {"size", std::to_string(JsonIntOr(e, "size", 0))},  // int64: a JSON string
-              {"mode", mode},
-              {"permissions", Permissions(type, mode)},
-              {"owner", JsonStringOr(e, "user", Owner(JsonIntOr(e, "uid", 0)))},
-              {"group", JsonStringOr(e, "group", Owner(JsonIntOr(e, "gid", 0)))},
-              {"modifiedTime", FormatRfc3339(JsonIntOr(e, "mtime_ms", 0))}};
-  if (const Json* t = JsonField(e, "link_target")) out["symlinkTarget"] = *t;
-  return out;
-}
 
 // The ProcessConfig of a command (what it was started with).
 Json ProcessConfig(const store::CommandRecord& r) {
@@ -199,6 +180,13 @@ Awaitable<void> StreamProcess(Ctx& ctx, const std::string& sb, const core::Comma
   };
   auto finish = [&](const core::CommandInfo& done) -> Awaitable<void> {
     finished = true;
+    // Killed with its sandbox: as envd's stream, the connection just ends (the SDK then
+    // probes /health and raises "the sandbox was killed" rather than an exit error).
+    const bool gone = co_await ctx.Blocking([&] {
+      auto rec = ctx.platform->GetSandbox(sb);
+      return !rec || rec->state == "deleting" || rec->state == "deleted";
+    });
+    if (gone) throw std::runtime_error("sandbox " + sb + " was deleted while " + done.record.id + " ran");
     std::string out;
     if (done.record.timed_out) {
       // The call's deadline (Connect-Timeout-Ms) is the command's timeout.
@@ -391,14 +379,14 @@ Result<Json> FilesystemUnary(core::Platform* p, const std::string& sb, const std
     auto to = PathField(req, "destination", base);
     if (!from || !to) return tl::unexpected(!from ? from.error() : to.error());
     SPACE_TRY(p->RenameFile(sb, *from, *to));
-    auto entry = p->StatFile(sb, *to);
+    auto entry = p->StatFile(sb, *to, kMetadataXattrPrefix);
     if (!entry) return tl::unexpected(entry.error());
     return Json{{"entry", EntryInfo(*entry)}};
   }
   auto path = PathField(req, "path", base);
   if (!path) return tl::unexpected(path.error());
   if (method == "Stat") {
-    auto entry = p->StatFile(sb, *path);
+    auto entry = p->StatFile(sb, *path, kMetadataXattrPrefix);
     if (!entry) return tl::unexpected(entry.error());
     return Json{{"entry", EntryInfo(*entry)}};
   }
@@ -416,7 +404,7 @@ Result<Json> FilesystemUnary(core::Platform* p, const std::string& sb, const std
     return Json{{"entry", EntryInfo(*entry)}};
   }
   if (method == "ListDir") {
-    auto entries = p->ListFiles(sb, *path, ListDirDepth(req));
+    auto entries = p->ListFiles(sb, *path, ListDirDepth(req), kMetadataXattrPrefix);
     if (!entries) return tl::unexpected(entries.error());
     Json out = Json::array();
     for (const auto& e : *entries) out.push_back(EntryInfo(e));
@@ -432,6 +420,45 @@ Result<Json> FilesystemUnary(core::Platform* p, const std::string& sb, const std
 }
 
 }  // namespace
+
+Json EntryInfo(const Json& e) {
+  std::string type = JsonStringOr(e, "type", "other");
+  int mode = static_cast<int>(JsonIntOr(e, "mode", 0));
+  Json out = {{"name", JsonStringOr(e, "name", "")},
+              {"type", type == "file"      ? "FILE_TYPE_FILE"
+                       : type == "dir"     ? "FILE_TYPE_DIRECTORY"
+                       : type == "symlink" ? "FILE_TYPE_SYMLINK"
+                                           : "FILE_TYPE_UNSPECIFIED"},
+              {"path", JsonStringOr(e, "path", "")},
+              {"size", std::to_string(JsonIntOr(e, "size", 0))},  // int64: a JSON string
+              {"mode", mode},
+              {"permissions", Permissions(type, mode)},
+              {"owner", JsonStringOr(e, "user", Owner(JsonIntOr(e, "uid", 0)))},
+              {"group", JsonStringOr(e, "group", Owner(JsonIntOr(e, "gid", 0)))},
+              {"modifiedTime", FormatRfc3339(JsonIntOr(e, "mtime_ms", 0))}};
+  // As envd: a symlink is reported as what it leads to, with where that is, absolute.
+  if (type == "symlink") {
+    if (const Json* t = JsonField(e, "target_path"); t && t->is_string()) {
+      out["symlinkTarget"] = *t;
+    } else if (const Json* l = JsonField(e, "link_target"); l && l->is_string()) {
+      const std::string path = JsonStringOr(e, "path", "/");
+      out["symlinkTarget"] = AbsPath(l->get<std::string>(), path.substr(0, path.rfind('/') + 1));
+    }
+    const std::string target = JsonStringOr(e, "target_type", "");
+    if (target == "file") out["type"] = "FILE_TYPE_FILE";
+    if (target == "dir") out["type"] = "FILE_TYPE_DIRECTORY";
+  }
+  if (const Json* x = JsonField(e, "xattrs"); x && x->is_object()) {
+    const std::string_view prefix = kMetadataXattrPrefix;
+    Json metadata = Json::object();
+    for (const auto& [name, value] : x->items()) {
+      if (StartsWith(name, prefix) && name.size() > prefix.size())
+        metadata[name.substr(prefix.size())] = value;
+    }
+    if (!metadata.empty()) out["metadata"] = std::move(metadata);
+  }
+  return out;
+}
 
 Awaitable<bool> RouteEnvd(Ctx& ctx, const std::string& sb) {
   core::Platform* p = ctx.platform;
@@ -535,11 +562,38 @@ bool IsEnvdRequest(const Ctx& ctx) {
   const std::string& p = ctx.path;
   const bool envd_path = p == "/health" || p == "/files" || StartsWith(p, "/process.Process/") ||
                          StartsWith(p, "/filesystem.Filesystem/");
-  return envd_path && auth::LooksLikeToken(HeaderOr(ctx, "X-Access-Token"));
+  if (envd_path && auth::LooksLikeToken(HeaderOr(ctx, "X-Access-Token"))) return true;
+  // A signed /files URL (downloadUrl/uploadUrl) names no sandbox: its signature does.
+  return p == "/files" && !ctx.Query("signature").empty();
 }
 
 Awaitable<bool> Route(Ctx& ctx) {
   std::string sb = HeaderOr(ctx, "E2b-Sandbox-Id");
+  const bool signed_url = ctx.path == "/files" && !ctx.Query("signature").empty() &&
+                          HeaderOr(ctx, "X-Access-Token").empty();
+  const char* operation = ctx.method == "POST" ? "write" : "read";
+  if (sb.empty() && signed_url) {
+    // The sandbox whose envd token signed the URL (a hash per sandbox: signed URLs are
+    // not a hot path). None: 401 as envd answers a bad signature.
+    auto found = co_await ctx.Blocking([&]() -> Result<std::string> {
+      auto all = ctx.platform->ListSandboxes({});
+      if (!all) return tl::unexpected(all.error());
+      Error last(Errc::kUnauthenticated, 0, "invalid signature");
+      for (const auto& rec : *all) {
+        if (rec.state == "deleting" || rec.state == "deleted") continue;
+        auto ok = SignatureValid(ctx, rec, operation);
+        if (ok) return rec.id;
+        if (ok.error().message != "invalid signature") last = ok.error();  // expired
+      }
+      return tl::unexpected(last);
+    });
+    if (!found) {
+      co_await ReplyRestError(ctx, found.error().code == Errc::kUnauthenticated ? 401 : 500,
+                              found.error().message);
+      co_return true;
+    }
+    sb = *found;
+  }
   if (sb.empty()) {
     // No header: the sandbox the envd token names (checked below like any other).
     auto claims = ctx.opts->signing_keys->Verify(HeaderOr(ctx, "X-Access-Token"), NowUnixMillis() / 1000);
@@ -570,7 +624,13 @@ Awaitable<bool> Route(Ctx& ctx) {
   // its token was revoked with it, and the SDK expects SandboxNotFoundError here.
   auto known = ctx.platform->GetSandbox(sb);
   const bool live = known && known->state != "deleting" && known->state != "deleted";
-  if (live && !AccessTokenValid(ctx, sb, HeaderOr(ctx, "X-Access-Token"))) {
+  if (live && signed_url) {
+    // envd's signed URL instead of the token: for /files only.
+    if (auto ok = SignatureValid(ctx, *known, operation); !ok) {
+      co_await ReplyRestError(ctx, 401, ok.error().message);
+      co_return true;
+    }
+  } else if (live && !AccessTokenValid(ctx, sb, HeaderOr(ctx, "X-Access-Token"))) {
     if (StartsWith(ctx.path, "/process.Process/") || StartsWith(ctx.path, "/filesystem.Filesystem/")) {
       co_await ReplyRpcError(ctx, "unauthenticated", "missing or invalid X-Access-Token");
     } else {

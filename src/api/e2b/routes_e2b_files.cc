@@ -17,10 +17,12 @@ constexpr char kSupported[] = "supported: [identity, gzip]";
 // Writes one uploaded file piece by piece: truncate on the first piece, then append.
 class FileSink {
  public:
-  FileSink(core::Platform* platform, std::string sandbox, std::string file, std::string owner)
-      : p(platform), sb(std::move(sandbox)), path(std::move(file)), user(std::move(owner)) {}
+  FileSink(core::Platform* platform, std::string sandbox, std::string file, std::string owner,
+           const core::FileAttrs* metadata)
+      : p(platform), sb(std::move(sandbox)), path(std::move(file)), user(std::move(owner)), attrs(metadata) {}
   core::Platform* p;
   std::string sb, path, user;
+  const core::FileAttrs* attrs;
 
   // Buffers bytes, writing every full chunk (one agent round trip each).
   Status Add(std::string_view bytes) {
@@ -42,7 +44,7 @@ class FileSink {
 
  private:
   Status Write(std::string_view bytes) {
-    SPACE_TRY(p->WriteFileChunk(sb, path, offset, bytes, /*truncate=*/!started, 0644, user));
+    SPACE_TRY(p->WriteFileChunk(sb, path, offset, bytes, /*truncate=*/!started, 0644, user, attrs));
     started = true;
     offset += bytes.size();
     return Ok();
@@ -52,8 +54,42 @@ class FileSink {
   std::string pending;
 };
 
-Json WriteInfo(const std::string& path) {
-  return {{"name", path.substr(path.rfind('/') + 1)}, {"type", "file"}, {"path", path}};
+Json WriteInfo(const std::string& path, const core::FileAttrs& attrs) {
+  Json info = {{"name", path.substr(path.rfind('/') + 1)}, {"type", "file"}, {"path", path}};
+  if (!attrs.set.empty()) {
+    Json metadata = Json::object();
+    for (const auto& [name, value] : attrs.set) metadata[name.substr(attrs.prefix.size())] = value;
+    info["metadata"] = std::move(metadata);
+  }
+  return info;
+}
+
+// An upload's metadata: its X-Metadata-<key> headers (keys in lower case, as header names
+// are case-blind), as the user.e2b.* attributes of every file it writes. Each upload
+// replaces the file's metadata: one without any leaves it none.
+Result<core::FileAttrs> UploadMetadata(const Ctx& ctx) {
+  constexpr std::string_view kHeader = "x-metadata-";
+  core::FileAttrs attrs;
+  attrs.prefix = kMetadataXattrPrefix;
+  for (const auto& field : ctx.req()) {
+    std::string name(field.name_string());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!StartsWith(name, kHeader)) continue;
+    std::string key = name.substr(kHeader.size());
+    std::string_view value(field.value().data(), field.value().size());
+    if (key.empty()) return Fail(Errc::kInvalidArgument, "metadata: an empty key (X-Metadata- alone)");
+    if (key.size() + attrs.prefix.size() > 255)
+      return Fail(Errc::kInvalidArgument, "metadata: the key '" + key + "' is too long");
+    for (char c : value) {
+      if (c < 0x20 || c > 0x7e)
+        return Fail(Errc::kInvalidArgument, "metadata: the value of '" + key + "' must be printable US-ASCII");
+    }
+    if (value.size() > 4096)
+      return Fail(Errc::kInvalidArgument, "metadata: the value of '" + key + "' is longer than 4096 bytes");
+    attrs.set[attrs.prefix + key] = std::string(value);
+  }
+  if (attrs.set.size() > 64) return Fail(Errc::kInvalidArgument, "metadata: at most 64 keys");
+  return attrs;
 }
 
 }  // namespace
@@ -137,6 +173,12 @@ Awaitable<void> EnvdFilesPost(Ctx& ctx, const std::string& sb) {
   // The files (and the directories made for them) belong to the user envd writes as.
   const std::string requested = ctx.Query("username");
   const std::string user = co_await ctx.Blocking([&] { return FileUser(p, sb, requested); });
+  auto metadata = UploadMetadata(ctx);
+  if (!metadata) {
+    co_await ReplyRestError(ctx, metadata.error());
+    co_return;
+  }
+  const core::FileAttrs* attrs = &*metadata;
   std::string ct_full = ctx.Header(http::field::content_type);
   std::string ct = EnvdContentType(ctx);
   // A multipart body may exceed the file limit by its part headers and boundaries.
@@ -169,14 +211,14 @@ Awaitable<void> EnvdFilesPost(Ctx& ctx, const std::string& sb) {
     mp.on_part = [&](const std::string& filename) -> Status {
       std::string path = !query_path.empty() ? query_path : filename;
       if (path.empty()) return Fail(Errc::kInvalidArgument, "a file part has no path (filename)");
-      sink.emplace(p, sb, AbsPath(path, base), user);
+      sink.emplace(p, sb, AbsPath(path, base), user, attrs);
       return Ok();
     };
     // The callbacks run inside Feed, on the blocking pool (they talk to the agent).
     mp.on_data = [&](std::string_view bytes) -> Status { return sink->Add(bytes); };
     mp.on_end = [&]() -> Status {
       SPACE_TRY(sink->Flush());
-      written.push_back(WriteInfo(sink->path));
+      written.push_back(WriteInfo(sink->path, *attrs));
       sink.reset();
       return Ok();
     };
@@ -189,12 +231,12 @@ Awaitable<void> EnvdFilesPost(Ctx& ctx, const std::string& sb) {
       co_await ReplyRestError(ctx, 400, "path is required for an octet-stream upload");
       co_return;
     }
-    FileSink sink(p, sb, AbsPath(query_path, base), user);
+    FileSink sink(p, sb, AbsPath(query_path, base), user, attrs);
     to = [&](std::string_view b) { return sink.Add(b); };
     st = co_await ctx.ReadBodyStream(limit, feed);
     if (st) st = finish();
     if (st) st = co_await ctx.Blocking([&] { return sink.Flush(); });
-    if (st) written.push_back(WriteInfo(sink.path));
+    if (st) written.push_back(WriteInfo(sink.path, *attrs));
   } else {
     co_await ReplyRestError(ctx, 400, "Content-Type must be multipart/form-data or application/octet-stream");
     co_return;

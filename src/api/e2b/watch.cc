@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "api/e2b/connect.h"
+#include "api/e2b/e2b.h"
 #include "api/e2b/parse.h"
 
 namespace space::api::e2b {
@@ -22,6 +23,7 @@ constexpr int kRecursiveDepth = 16;  // the deepest listing the agent gives
 struct Target {
   std::string path;
   int depth = 1;
+  bool include_entry = false;  // events carry the entry's info (envd 0.6.3)
 };
 
 // The watched directory, checked: kNotFound when missing, kInvalidArgument when not a dir.
@@ -36,17 +38,29 @@ Result<Target> WatchTarget(core::Platform* p, const std::string& sb, const Json&
   if (!st) return tl::unexpected(st.error());
   if (JsonStringOr(*st, "type", "") != "dir")
     return Fail(Errc::kInvalidArgument, "path " + *path + " is not a directory");
-  return Target{*path, JsonBoolOr(req, "recursive", false) ? kRecursiveDepth : 1};
+  // allowNetworkMounts (envd 0.6.4) lifts envd's refusal to put inotify on a network
+  // filesystem; a polled listing works on any, so it changes nothing here.
+  Target t;
+  t.path = *path;
+  t.depth = JsonBoolOr(req, "recursive", false) ? kRecursiveDepth : 1;
+  t.include_entry = JsonBoolOr(req, "includeEntry", JsonBoolOr(req, "include_entry", false));
+  return t;
 }
 
 Result<WatchState> Poll(core::Platform* p, const std::string& sb, const Target& t) {
-  auto list = p->ListFiles(sb, t.path, t.depth);
+  auto list = p->ListFiles(sb, t.path, t.depth, t.include_entry ? kMetadataXattrPrefix : "");
   if (!list) return tl::unexpected(list.error());
-  return WatchStateOf(*list, t.path);
+  return WatchStateOf(*list, t.path, t.include_entry);
 }
 
-Json EventJson(const std::pair<std::string, std::string>& ev) {
-  return {{"name", ev.first}, {"type", ev.second}};
+// A FilesystemEvent; with include_entry, the entry's info where it still exists (`now`).
+Json EventJson(const std::pair<std::string, std::string>& ev, const Target& t, const WatchState& now) {
+  Json out = {{"name", ev.first}, {"type", ev.second}};
+  if (t.include_entry) {
+    auto it = now.find(ev.first);
+    if (it != now.end() && it->second.entry.is_object()) out["entry"] = EntryInfo(it->second.entry);
+  }
+  return out;
 }
 
 struct Watcher {
@@ -99,7 +113,7 @@ Awaitable<void> WatchDir(Ctx& ctx, const std::string& sb, const Json& req) {
     }
     std::string out;
     for (const auto& ev : DiffWatch(state, *now)) {
-      Json msg = {{"filesystem", EventJson(ev)}};
+      Json msg = {{"filesystem", EventJson(ev, target, *now)}};
       out += rpc::Envelope(0, msg.dump());
     }
     state = std::move(*now);
@@ -153,7 +167,7 @@ Result<Json> WatcherUnary(core::Platform* p, const std::string& sb, const std::s
   auto s = Poll(p, sb, w.target);
   if (!s) return tl::unexpected(s.error());
   Json events = Json::array();
-  for (const auto& ev : DiffWatch(w.state, *s)) events.push_back(EventJson(ev));
+  for (const auto& ev : DiffWatch(w.state, *s)) events.push_back(EventJson(ev, w.target, *s));
   std::lock_guard lock(g_mu);
   auto it = Watchers().find(id);
   if (it != Watchers().end()) {

@@ -185,7 +185,8 @@ def test_files_list_exists_make_dir_rename_remove_get_info(sbx):
 def test_files_written_through_envd_belong_to_the_sandbox_user():
     # E2B's `base` (SPACE's e2b-base) runs commands as `user`: what envd writes or makes is
     # theirs too, so their own commands can change it, and entries name the owner.
-    sbx = Sandbox.create("base", timeout=600, metadata={"suite": RUN, "role": "owners"})
+    # (The first create of `base` may import it from the template cache, or build it.)
+    sbx = Sandbox.create("base", timeout=600, metadata={"suite": RUN, "role": "owners"}, request_timeout=1500)
     CREATED.append(sbx)
     info = sbx.files.write("notes/todo.txt", "one\n")
     assert info.path == "/home/user/notes/todo.txt"
@@ -203,6 +204,48 @@ def test_files_written_through_envd_belong_to_the_sandbox_user():
     with pytest.raises(Exception):
         sbx.files.write("/tmp/nobody.txt", "x", user="no-such-user-here")
     assert sbx.files.exists("/tmp/nobody.txt") is False
+
+
+def test_file_metadata_signed_urls_symlinks_and_watch_entries_as_envd():
+    # envd 0.6.x features on E2B's `base` (it has python3, to set an attribute by hand).
+    sbx = Sandbox.create("base", timeout=600, metadata={"suite": RUN, "role": "envd-0.6"}, request_timeout=1500)
+    CREATED.append(sbx)
+    meta = {"author": "mish", "purpose": "upload"}
+    assert sbx.files.write("m/a.txt", "content", metadata=meta).metadata == meta
+    assert sbx.files.get_info("m/a.txt").metadata == meta
+    assert [e.metadata for e in sbx.files.list("m")] == [meta]
+    assert sbx.files.write("m/a.txt", "again").metadata is None
+    assert sbx.files.get_info("m/a.txt").metadata is None
+    # An attribute set inside, out of band, in envd's namespace is metadata too.
+    r = sbx.commands.run("python3 -c \"import os; os.setxattr('m/a.txt', 'user.e2b.by', b'hand')\"")
+    assert r.exit_code == 0, r.stderr
+    assert sbx.files.get_info("m/a.txt").metadata == {"by": "hand"}
+
+    # Signed URLs: nothing but the URL is needed; expired ones are refused.
+    url = sbx.download_url("m/a.txt", use_signature_expiration=60)
+    res = httpx.get(url)
+    assert res.status_code == 200 and res.text == "again"
+    res = httpx.get(sbx.download_url("m/a.txt", use_signature_expiration=-10))
+    assert res.status_code == 401
+    assert res.json() == {"code": 401, "message": "signature is already expired"}
+    res = httpx.post(sbx.upload_url("m/up.txt"), files={"file": ("up.txt", b"by url")})
+    assert res.status_code == 200, res.text
+    assert sbx.files.read("m/up.txt") == "by url"
+
+    # A symlink is reported as what it leads to, with where that is.
+    sbx.commands.run("ln -s a.txt m/link", cwd="/home/user")
+    link = sbx.files.get_info("m/link")
+    assert link.type.value == "file"
+    assert link.symlink_target == "/home/user/m/a.txt"
+
+    # Watch events carry their entry when asked.
+    h = sbx.files.watch_dir("m", include_entry=True)
+    sbx.files.write("m/new.txt", "n")
+    events = []
+    wait_for(lambda: events.extend(h.get_new_events()) or any(e.name == "new.txt" for e in events), "the event")
+    ev = next(e for e in events if e.name == "new.txt")
+    assert ev.entry is not None and ev.entry.path == "/home/user/m/new.txt"
+    h.stop()
 
 
 def test_pty_create_type_resize_exit(sbx):
