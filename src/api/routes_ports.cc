@@ -245,7 +245,12 @@ Awaitable<void> Proxy(Ctx& ctx, const store::SandboxRecord& rec, int port,
   policy.fail = [&ctx, form, extra_headers](int status, std::string message) -> Awaitable<void> {
     co_await ReplyFailure(ctx, form, status, message, extra_headers);
   };
-  policy.rewrite = [form](http::request<http::buffer_body>& req) { StripCredentials(req, form); };
+  // The Host the service sees: the sandbox's mask_request_host when it has one.
+  const std::string host = core::Platform::StoredPolicy(rec).RequestHostFor(port);
+  policy.rewrite = [form, host](http::request<http::buffer_body>& req) {
+    StripCredentials(req, form);
+    if (!host.empty()) req.set(http::field::host, host);
+  };
   policy.extra_headers = extra_headers;
   if (form == Form::kPath) {
     // Served from spaced's own origin: the page must not act as that origin.

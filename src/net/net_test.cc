@@ -113,6 +113,26 @@ TEST(Policy, NormalisesAndRoundTripsStored) {
   EXPECT_FALSE(ParsePolicyUpdate({{"secrets", Json::array()}}, *back, TestPresets()));
 }
 
+TEST(Policy, MaskRequestHost) {
+  EXPECT_EQ(Parse(nullptr).RequestHostFor(3000), "");
+  EXPECT_FALSE(Parse(nullptr).ToJson(false).contains("mask_request_host"));
+  Policy p = Parse({{"mask_request_host", "custom-host.example.com:${PORT}"}});
+  EXPECT_EQ(p.RequestHostFor(8080), "custom-host.example.com:8080");
+  EXPECT_EQ(Parse({{"mask_request_host", "localhost"}}).RequestHostFor(1), "localhost");
+  EXPECT_EQ(Parse({{"mask_request_host", "${PORT}.${PORT}.test"}}).RequestHostFor(7), "7.7.test");
+  auto back = ParsePolicy(p.ToJson(true), TestPresets(), /*stored=*/true);
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->mask_request_host, "custom-host.example.com:${PORT}");
+  auto upd = ParsePolicyUpdate({{"allow_out", {"198.51.100.0/24"}}}, *back, TestPresets());
+  ASSERT_TRUE(upd);
+  EXPECT_EQ(upd->mask_request_host, p.mask_request_host);
+  // Only what a Host header may hold: no spaces, line breaks, slashes or other text.
+  for (const Json& bad : {Json(""), Json("a b"), Json("evil\r\nX-Injected: 1"), Json("a/b"), Json(7),
+                          Json(std::string(300, 'a'))})
+    EXPECT_NE(ParseError({{"mask_request_host", bad}}).find("mask_request_host"), std::string::npos)
+        << bad.dump();
+}
+
 TEST(AlwaysDenied, CoversPrivateRanges) {
   auto denied = [](const char* ip) {
     for (const auto& c : AlwaysDeniedRanges()) {

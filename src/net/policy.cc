@@ -3,6 +3,7 @@
 #include <sodium.h>
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 
 namespace space::net {
@@ -160,11 +161,21 @@ Json Policy::ToJson(bool with_secret_values) const {
     }
     secrets_json.push_back(std::move(e));
   }
-  return Json{{"mode", internet() ? "internet" : "none"},
+  Json out = {{"mode", internet() ? "internet" : "none"},
               {"allow_out", allow_out},
               {"deny_out", deny_out},
               {"public_traffic", public_traffic},
               {"secrets", std::move(secrets_json)}};
+  if (!mask_request_host.empty()) out["mask_request_host"] = mask_request_host;
+  return out;
+}
+
+std::string Policy::RequestHostFor(int port) const {
+  std::string host = mask_request_host;
+  const std::string token = "${PORT}";
+  for (size_t at = host.find(token); at != std::string::npos; at = host.find(token, at))
+    host.replace(at, token.size(), std::to_string(port));
+  return host;
 }
 
 namespace {
@@ -285,7 +296,7 @@ Result<Policy> ParsePolicy(const Json& j, const Presets& presets, bool stored) {
     return Fail(Errc::kInvalidArgument,
                 "network must be an object {mode, allow_out, deny_out, public_traffic, secrets}");
   static const std::set<std::string> kKnown = {"mode", "allow_out", "deny_out", "public_traffic",
-                                               "secrets"};
+                                               "mask_request_host", "secrets"};
   for (const auto& [k, v] : j.items()) {
     if (!kKnown.count(k)) return Fail(Errc::kInvalidArgument, "unknown field \"network." + k + "\"");
   }
@@ -302,6 +313,24 @@ Result<Policy> ParsePolicy(const Json& j, const Presets& presets, bool stored) {
   if (const Json* t = JsonField(j, "public_traffic")) {
     if (!t->is_boolean()) return Fail(Errc::kInvalidArgument, "network.public_traffic must be a boolean");
     p.public_traffic = t->get<bool>();
+  }
+  if (const Json* m = JsonField(j, "mask_request_host"); m && !m->is_null()) {
+    // A host[:port] for a Host header: letters, digits, '.', '-', ':', '[', ']' and ${PORT}.
+    const bool text = m->is_string();
+    std::string host = text ? m->get<std::string>() : "";
+    std::string bare = host;
+    for (size_t at = bare.find("${PORT}"); at != std::string::npos; at = bare.find("${PORT}"))
+      bare.replace(at, 7, "1");
+    const bool ok = text && !bare.empty() && bare.size() <= 261 &&
+                    std::all_of(bare.begin(), bare.end(), [](char c) {
+                      return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ||
+                             c == ':' || c == '[' || c == ']' || c == '_';
+                    });
+    if (!ok)
+      return Fail(Errc::kInvalidArgument,
+                  "network.mask_request_host must be a host[:port] (letters, digits, . - : [ ] _ and "
+                  "${PORT}), at most 261 bytes");
+    p.mask_request_host = host;
   }
   if (const Json* s = JsonField(j, "secrets"); s && !s->is_null()) {
     if (!s->is_array()) return Fail(Errc::kInvalidArgument, "network.secrets must be an array");

@@ -68,6 +68,9 @@ struct Policy {
   std::vector<std::string> allow_out;  // as given, normalised: CIDRs, domains, preset names
   std::vector<std::string> deny_out;   // CIDRs
   bool public_traffic = false;         // ingress without a traffic credential
+  // The Host header the sandbox's services see on requests through port URLs ("" = the
+  // request's own); "${PORT}" in it becomes the port (E2B's maskRequestHost).
+  std::string mask_request_host;
   std::vector<Secret> secrets;
 
   // Derived by Parse/Resolve from allow_out / deny_out.
@@ -87,12 +90,15 @@ struct Policy {
   // Steps 2-6 of the order above (the caller applies the always-denied set).
   Decision Decide(uint32_t addr, std::string_view normalised_name) const;
 
-  // {"mode","allow_out","deny_out","public_traffic","secrets":[{name,hosts[,value]}]}
+  // {"mode","allow_out","deny_out","public_traffic","secrets":[{name,hosts[,value]}]}, and
+  // "mask_request_host" when set.
   Json ToJson(bool with_secret_values) const;
+  // mask_request_host for a request to `port` ("" when unset).
+  std::string RequestHostFor(int port) const;
 };
 
 // Parses the API's `network` field: an object {mode, allow_out, deny_out, public_traffic,
-// secrets}, or the older boolean form (true = internet). Unknown keys, malformed CIDRs or
+// mask_request_host, secrets}, or the older boolean form (true = internet). Unknown keys, malformed CIDRs or
 // domains, unknown presets, too many entries, secrets without hosts: kInvalidArgument with
 // a message naming the bad entry. Secret placeholders are left empty (see AssignPlaceholders).
 // `stored`: j is a policy spaced saved itself (ToJson(true)): placeholders are kept and a
@@ -102,7 +108,7 @@ struct Policy {
 // Gives every secret without one a fresh placeholder.
 void AssignPlaceholders(Policy& p);
 // Parses the egress part only ({allow_out, deny_out[, mode]}) as PUT …/network takes it,
-// keeping `current`'s secrets and public_traffic.
+// keeping `current`'s secrets, public_traffic and mask_request_host.
 [[nodiscard]] Result<Policy> ParsePolicyUpdate(const Json& j, const Policy& current,
                                                const Presets& presets);
 

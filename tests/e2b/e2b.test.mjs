@@ -588,10 +588,10 @@ describe('volumes', () => {
 
 // Ports as URLs (docs/ports.md): getHost(port) names spaced's port; *.localhost is not in
 // the resolver here, so requests go to 127.0.0.1 with that Host.
-function getThrough(host, headers = {}) {
+function getThrough(host, headers = {}, path = '/hostname') {
   const port = Number(new URL(API).port)
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, path: '/hostname', headers: { Host: host, ...headers } }, (res) => {
+    const req = http.request({ host: '127.0.0.1', port, path, headers: { Host: host, ...headers } }, (res) => {
       let body = ''
       res.on('data', (d) => (body += d))
       res.on('end', () => resolve({ status: res.statusCode, body }))
@@ -656,6 +656,24 @@ describe('ports', () => {
     assert.equal(r.status, 200)
     assert.equal(r.body, 'port-ok\n')
     assert.equal((await getThrough(sbx.getHost(3000))).status, 401)
+  })
+
+  test('network.maskRequestHost is the Host the sandbox service sees, ${PORT} its port', async () => {
+    const sbx = await create({ network: { maskRequestHost: 'custom-host.example.com:${PORT}' } })
+    // A CGI script of busybox httpd answers with the Host it was sent (CRLF headers: httpd
+    // passes the script's own through).
+    await sbx.files.write('/m/cgi-bin/h', "#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\nhost=%s\\n' \"$HTTP_HOST\"\n")
+    const made = await sbx.commands.run('chmod +x /m/cgi-bin/h && busybox httpd -p 3002 -h /m')
+    assert.equal(made.exitCode, 0, made.stderr)
+    let r
+    for (let i = 0; i < 50; i++) {
+      r = await getThrough(sbx.getHost(3002), {}, '/cgi-bin/h')
+      if (r.status === 200) break
+      await new Promise((res) => setTimeout(res, 50))
+    }
+    assert.equal(r.status, 200, r.body)
+    assert.equal(r.body.trim(), 'host=custom-host.example.com:3002')
+    await assert.rejects(create({ network: { maskRequestHost: 'bad host' } }), /mask_request_host/)
   })
 
   test('public by default, as on E2B', async () => {

@@ -50,9 +50,9 @@ Awaitable<void> ReplyRestError(Ctx& ctx, int status, const std::string& message)
 Awaitable<void> ReplyRestError(Ctx& ctx, const Error& e);
 // The request's media type (Content-Type without parameters, lower case).
 std::string EnvdContentType(const Ctx& ctx);
-// Where envd's relative paths start: the template's WORKDIR (E2B's user home in
-// e2b-base), else /.
-std::string RelativeBase(core::Platform* p, const std::string& sandbox_id);
+// Where envd's relative paths start: the home of the `user` the call names (in the
+// sandbox's /etc/passwd), else the template's WORKDIR (E2B's user home in e2b-base), else /.
+std::string RelativeBase(core::Platform* p, const std::string& sandbox_id, const std::string& user = "");
 // Whom envd's file calls act as: `requested` (the call's username) if named, else the
 // sandbox's default user (its template's USER), "" for root (the agent itself).
 std::string FileUser(core::Platform* p, const std::string& sandbox_id, const std::string& requested);

@@ -88,6 +88,8 @@ Result<Json> NetworkFromE2b(const Json& body) {
   }
   if (const Json* p = JsonField(*n, "allowPublicTraffic"); p && p->is_boolean())
     out["public_traffic"] = p->get<bool>();
+  // The Host header the sandbox's services see (SPACE checks its shape).
+  if (const Json* m = JsonField(*n, "maskRequestHost"); m && !m->is_null()) out["mask_request_host"] = *m;
   return out;
 }
 

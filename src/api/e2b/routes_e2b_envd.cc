@@ -4,6 +4,7 @@
 // found by their pid, files go through the agent like SPACE's own /files routes.
 #include <csignal>
 
+#include "agent/users.h"
 #include "api/e2b/connect.h"
 #include "api/e2b/e2b.h"
 #include "api/e2b/parse.h"
@@ -23,7 +24,17 @@ Awaitable<void> ReplyRestError(Ctx& ctx, const Error& e) {
 
 std::string EnvdContentType(const Ctx& ctx) { return MediaType(ctx.Header(http::field::content_type)); }
 
-std::string RelativeBase(core::Platform* p, const std::string& sb) {
+std::string RelativeBase(core::Platform* p, const std::string& sb, const std::string& user) {
+  if (!user.empty()) {
+    // As envd: the home of the user the call names, from the sandbox's own passwd.
+    bool eof = false;
+    uint64_t size = 0;
+    auto passwd = p->ReadFileChunk(sb, "/etc/passwd", 0, core::kFileChunkBytes, &eof, &size);
+    if (passwd) {
+      auto info = agent::LookupUserIn(user, *passwd, "", "/etc/passwd");
+      if (info && !info->home.empty() && info->home[0] == '/') return info->home;
+    }
+  }
   auto rec = p->GetSandbox(sb);
   if (!rec) return "/";
   const Json* tc = JsonField(rec->spec, "template_config");
@@ -373,7 +384,7 @@ Result<Json> ProcessUnary(core::Platform* p, const std::string& sb, const std::s
 
 Result<Json> FilesystemUnary(core::Platform* p, const std::string& sb, const std::string& method,
                              const Json& req, const std::string& caller) {
-  const std::string base = RelativeBase(p, sb);
+  const std::string base = RelativeBase(p, sb, caller);
   if (method == "Move") {
     auto from = PathField(req, "source", base);
     auto to = PathField(req, "destination", base);

@@ -111,7 +111,8 @@ Awaitable<void> EnvdFilesGet(Ctx& ctx, const std::string& sb) {
   const bool gzip = coding == "gzip";
   std::vector<std::pair<std::string, std::string>> headers = {{"Vary", "Accept-Encoding"}};
   if (gzip) headers.emplace_back("Content-Encoding", "gzip");
-  const std::string base = co_await ctx.Blocking([&] { return RelativeBase(p, sb); });
+  const std::string requested = ctx.Query("username");
+  const std::string base = co_await ctx.Blocking([&] { return RelativeBase(p, sb, requested); });
   path = AbsPath(path, base);
   bool eof = false;
   uint64_t size = 0;
@@ -169,9 +170,9 @@ Awaitable<void> EnvdFilesPost(Ctx& ctx, const std::string& sb) {
     co_return;
   }
   const bool gzip = encoding == "gzip" || encoding == "x-gzip";
-  const std::string base = co_await ctx.Blocking([&] { return RelativeBase(p, sb); });
   // The files (and the directories made for them) belong to the user envd writes as.
   const std::string requested = ctx.Query("username");
+  const std::string base = co_await ctx.Blocking([&] { return RelativeBase(p, sb, requested); });
   const std::string user = co_await ctx.Blocking([&] { return FileUser(p, sb, requested); });
   auto metadata = UploadMetadata(ctx);
   if (!metadata) {
