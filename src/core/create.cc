@@ -236,6 +236,7 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
     op.created_ms = op.updated_ms = member->rec.created_ms;
     member->rec.updated_ms = member->rec.created_ms;
     SPACE_TRY(impl_->store->PutSandboxAndOperation(member->rec, op));
+    impl_->NoteCommit(member->rec);
     notifier_.Notify("sb:" + member->rec.id);
     impl_->refill_due_ms = NowUnixMillis() + 250;
     impl_->counters.CountCreate(member->rec.runtime, "warm_pool", "succeeded",
@@ -272,6 +273,7 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
     if (impl_->config.sandbox_gone) impl_->config.sandbox_gone(sb->rec.id);
     return tl::unexpected(st.error());
   }
+  impl_->NoteCommit(sb->rec);
   impl_->AddSandbox(sb);
   auto rec = sb->rec;
   uncount.n = nullptr;  // RunCreate uncounts it
@@ -353,6 +355,7 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
     done->state = "succeeded";
     done->result = std::move(result);
     SPACE_TRY(store->PutSandboxAndOperation(sb->rec, *done));
+    NoteCommit(sb->rec);
     // The caller notifies once it has let go of sb->mu: a client woken by the operation's
     // end may act on the sandbox at once (a snapshot, a transition), and would find it busy.
     return Ok();

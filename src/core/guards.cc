@@ -54,6 +54,15 @@ int64_t TotalRam() {
   return static_cast<int64_t>(si.totalram) * si.mem_unit;
 }
 
+// The memory a stored sandbox commits: its limit (an unlimited one may use all of the
+// host's), none while it is suspended, failed or being deleted.
+int64_t CommitOf(const store::SandboxRecord& r, int64_t ram) {
+  if (r.state == "error" || r.state == "suspended" || r.state == "deleting") return 0;
+  const Json* l = JsonField(r.spec, "limits");
+  const int64_t m = l ? JsonIntOr(*l, "memory_bytes", 0) : 0;
+  return m > 0 ? m : ram;
+}
+
 std::string Bytes(int64_t n) {
   if (n >= (10ll << 30)) return std::to_string(n >> 30) + " GiB";
   if (n >= (10ll << 20)) return std::to_string(n >> 20) + " MiB";
@@ -262,13 +271,22 @@ Result<std::unique_lock<std::mutex>> Platform::Impl::AdmitMemory(int64_t memory_
   if (limit == 0) return lock;
   // An unlimited sandbox may use all of the host's memory: it commits that much.
   auto commit_of = [&](int64_t m) { return m > 0 ? m : ram; };
-  auto recs = store->ListSandboxes();
-  if (!recs) return tl::unexpected(recs.error());
   int64_t committed = 0;
-  for (const auto& r : *recs) {
-    if (r.state == "error" || r.state == "suspended" || r.state == "deleting") continue;
-    const Json* l = JsonField(r.spec, "limits");
-    committed += commit_of(l ? JsonIntOr(*l, "memory_bytes", 0) : 0);
+  {
+    std::lock_guard cl(commit_mu);
+    if (!commit_loaded) {
+      auto recs = store->ListSandboxes();
+      if (!recs) return tl::unexpected(recs.error());
+      commit_by_id.clear();
+      committed_total = 0;
+      for (const auto& r : *recs) {
+        const int64_t c = CommitOf(r, ram);
+        commit_by_id[r.id] = c;
+        committed_total += c;
+      }
+      commit_loaded = true;
+    }
+    committed = committed_total;
   }
   const int64_t want = commit_of(memory_bytes) * count;
   if (committed + want > limit) {
@@ -278,6 +296,23 @@ Result<std::unique_lock<std::mutex>> Platform::Impl::AdmitMemory(int64_t memory_
                     Bytes(want) + ", and --max-memory-commit is " + Bytes(limit));
   }
   return lock;
+}
+
+void Platform::Impl::NoteCommit(const store::SandboxRecord& rec) {
+  const int64_t c = CommitOf(rec, TotalRam());
+  std::lock_guard cl(commit_mu);
+  if (!commit_loaded) return;  // the first admission reads the store
+  int64_t& slot = commit_by_id[rec.id];
+  committed_total += c - slot;
+  slot = c;
+}
+
+void Platform::Impl::ForgetCommit(const std::string& id) {
+  std::lock_guard cl(commit_mu);
+  auto it = commit_by_id.find(id);
+  if (it == commit_by_id.end()) return;
+  committed_total -= it->second;
+  commit_by_id.erase(it);
 }
 
 void Platform::Impl::GuardTick() {

@@ -184,6 +184,7 @@ std::string Platform::Impl::LogDir(const std::string& sandbox_id) const {
 Status Platform::Impl::SaveSandbox(Sandbox& sb) {
   sb.rec.updated_ms = NowUnixMillis();
   auto st = store->PutSandbox(sb.rec);
+  if (st) NoteCommit(sb.rec);
   self->notifier().Notify("sb:" + sb.rec.id);
   return st;
 }
@@ -571,6 +572,7 @@ Status Platform::Impl::Teardown(Sandbox& sb) {
   SPACE_TRY_WRAP(storage->DeleteRoot(sb.rec.id), "delete root filesystem");
   SPACE_TRY_WRAP(sys::RemoveAll(LogDir(sb.rec.id)), "remove output logs");
   SPACE_TRY(store->DeleteSandbox(sb.rec.id));
+  ForgetCommit(sb.rec.id);
   if (config.sandbox_gone) config.sandbox_gone(sb.rec.id);
   return Ok();
 }

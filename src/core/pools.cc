@@ -125,6 +125,7 @@ void Platform::Impl::RefillPoolsOnce() {
       auto sb = *made;
       sb->rec.spec["pool"] = ref;
       if (!store->PutSandbox(sb->rec)) break;
+      NoteCommit(sb->rec);
       AddSandbox(sb);
       Status st;
       {

@@ -217,7 +217,10 @@ Result<std::pair<store::OperationRecord, std::vector<store::SandboxRecord>>> Pla
       }
     }
     SPACE_TRY(impl_->store->PutOperation(op));
-    for (const auto& child : children) SPACE_TRY(impl_->store->PutSandbox(child->rec));
+    for (const auto& child : children) {
+      SPACE_TRY(impl_->store->PutSandbox(child->rec));
+      impl_->NoteCommit(child->rec);
+    }
     sb->busy_op = op.id;
   }
   {
