@@ -420,7 +420,8 @@ Result<core::CommandRequest> ParseStart(const Json& req) {
   }
   if (const Json* cwd = rpc::Field(*proc, "cwd")) {
     if (!cwd->is_string()) return Fail(Errc::kInvalidArgument, "process.cwd must be a string");
-    if (!cwd->get<std::string>().empty()) out.cwd = AbsPath(cwd->get<std::string>());
+    // A relative cwd is left so: the route makes it absolute from the user's home.
+    if (!cwd->get<std::string>().empty()) out.cwd = cwd->get<std::string>();
   }
   if (const Json* in = rpc::Field(req, "stdin")) out.stdin = in->is_boolean() && in->get<bool>();
   if (const Json* pty = rpc::Field(req, "pty")) {

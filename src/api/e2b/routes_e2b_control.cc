@@ -400,6 +400,9 @@ Awaitable<void> SetTimeout(Ctx& ctx, const std::string& id, bool refresh) {
     co_return;
   }
   int64_t secs = *timeout;
+  // E2B's setTimeout(0) ends the sandbox now (its on-timeout action: kill, or pause);
+  // SPACE's 0 means no timeout, so it becomes the shortest one, a second.
+  if (!refresh && secs == 0) secs = 1;
   auto rec = co_await ctx.Blocking([&] { return ExtendTimeout(p, id, secs, !refresh); });
   if (!rec) {
     co_await ReplyError(ctx, rec.error());

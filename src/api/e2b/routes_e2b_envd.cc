@@ -247,6 +247,8 @@ Awaitable<void> ProcessStart(Ctx& ctx, const std::string& sb) {
   auto info = co_await ctx.Blocking([&]() -> Result<core::CommandInfo> {
     // The SDK runs everything through /bin/bash; images without bash (busybox) get sh.
     if (req->argv[0] == "/bin/bash" && !p->StatFile(sb, "/bin/bash")) req->argv[0] = "/bin/sh";
+    // As envd: a relative cwd starts at the home of the user the command runs as.
+    if (!req->cwd.empty() && req->cwd[0] != '/') req->cwd = AbsPath(req->cwd, RelativeBase(p, sb, req->user));
     return p->StartCommand(sb, *req);
   });
   if (!info) {

@@ -248,6 +248,19 @@ def test_file_metadata_signed_urls_symlinks_and_watch_entries_as_envd():
     h.stop()
 
 
+def test_relative_cwd_and_set_timeout_zero_as_on_e2b():
+    sbx = create(metadata={"role": "timeout-0"})
+    # A relative cwd starts where envd's relative file paths do: the user's home.
+    written = sbx.files.write("work/x.txt", "1").path
+    assert written.endswith("/work/x.txt") and written.startswith("/")
+    assert sbx.commands.run("pwd", cwd="work").stdout == written[: -len("/x.txt")] + "\n"
+    # E2B's set_timeout(0) ends the sandbox now (SPACE's own 0 would mean no timeout).
+    sbx.set_timeout(0)
+    wait_for(lambda: not sbx.is_running(), "the sandbox to end", 30)
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.connect(sbx.sandbox_id)
+
+
 def test_pty_create_type_resize_exit(sbx):
     out = bytearray()
     term = sbx.pty.create(PtySize(rows=24, cols=80))
