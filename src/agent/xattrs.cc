@@ -17,14 +17,17 @@ bool Printable(std::string_view v) {
   return std::all_of(v.begin(), v.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
 }
 
-// The names of an open file's attributes, NUL-separated ("" when it has none or its
-// filesystem keeps none).
-std::string NamesOf(int fd) {
+// The names of a file's attributes, NUL-separated ("" when it has none or its filesystem
+// keeps none). `path` names it, or is empty for the open file `fd`.
+std::string NamesOf(int fd, const std::string& path = "") {
+  auto list = [&](char* buf, size_t size) {
+    return path.empty() ? ::flistxattr(fd, buf, size) : ::listxattr(path.c_str(), buf, size);
+  };
   for (int tries = 0; tries < 4; ++tries) {
-    ssize_t want = ::flistxattr(fd, nullptr, 0);
+    ssize_t want = list(nullptr, 0);
     if (want <= 0) return "";
     std::string names(static_cast<size_t>(want), '\0');
-    ssize_t n = ::flistxattr(fd, names.data(), names.size());
+    ssize_t n = list(names.data(), names.size());
     if (n >= 0) {
       names.resize(static_cast<size_t>(n));
       return names;
@@ -111,14 +114,18 @@ Status ApplyXattrs(int fd, const XattrWrite& w, const std::string& path) {
 Json XattrsAt(int dirfd, const char* name, const struct stat& st, const std::string& prefix) {
   Json out = Json::object();
   if (prefix.empty() || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) return out;
-  // O_NONBLOCK | O_NOFOLLOW: a file swapped for a FIFO or a symlink since the stat is
-  // neither waited on nor followed.
-  sys::UniqueFd fd(::openat(dirfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC));
+  // An O_PATH descriptor, read through its /proc/self/fd link: nothing is opened for
+  // reading (no FIFO waited on, no /proc or /sys file's open run), and O_NOFOLLOW keeps a
+  // file swapped for a symlink since the stat from being followed.
+  sys::UniqueFd fd(::openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
   if (!fd.valid()) return out;
-  ForEachName(NamesOf(fd.get()), [&](const std::string& n) {
+  struct stat now;
+  if (::fstat(fd.get(), &now) != 0 || !(S_ISREG(now.st_mode) || S_ISDIR(now.st_mode))) return out;
+  const std::string link = "/proc/self/fd/" + std::to_string(fd.get());
+  ForEachName(NamesOf(-1, link), [&](const std::string& n) {
     if (!StartsWith(n, prefix)) return;
     std::string value(kMaxXattrValue, '\0');
-    ssize_t v = ::fgetxattr(fd.get(), n.c_str(), value.data(), value.size());
+    ssize_t v = ::getxattr(link.c_str(), n.c_str(), value.data(), value.size());
     if (v < 0) return;  // gone, or larger than any we set
     value.resize(static_cast<size_t>(v));
     if (Printable(value)) out[n] = std::move(value);
