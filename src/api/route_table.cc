@@ -45,6 +45,10 @@ constexpr RouteEntry kRoutes[] = {
     {"POST", "/v2/templates/{templateID}/builds/{buildID}", Surface::kE2b},
     {"GET", "/templates/{templateID}/builds/{buildID}/status", Surface::kE2b},
     {"GET", "/templates/aliases/{alias}", Surface::kE2b},
+    // E2B's template tags (e2b/routes_e2b_tags.cc).
+    {"POST", "/templates/tags", Surface::kE2b},
+    {"DELETE", "/templates/tags", Surface::kE2b},
+    {"GET", "/templates/{templateID}/tags", Surface::kE2b},
     // E2B volumes (e2b/routes_e2b_volumes.cc, docs/volumes.md).
     {"GET", "/volumes", Surface::kE2b},
     {"POST", "/volumes", Surface::kE2b},

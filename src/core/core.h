@@ -273,6 +273,14 @@ class Platform {
   [[nodiscard]] Result<std::vector<store::OperationRecord>> ListOperations(size_t limit,
                                                                          const std::string& state);
   [[nodiscard]] Result<std::vector<store::TemplateRecord>> ListTemplates();
+  // Template tags (template_tags.cc): gives the build `target` ("name:tag" or
+  // "sha256:<hex>") the further name `name_tag` (a name:tag naming another build moves to
+  // this one). kNotFound for an unknown target, kInvalidArgument for a bad reference.
+  [[nodiscard]] Result<store::TemplateRecord> TagTemplate(const std::string& target,
+                                                          const std::string& name_tag);
+  // Removes the name `name_tag` (kNotFound when there is none). The build stays, for the
+  // sandboxes, snapshots and other names that use it.
+  [[nodiscard]] Status UntagTemplate(const std::string& name_tag);
   // Template builds (template_build.cc). Validates the request synchronously (name:tag,
   // exactly one source, the spec's syntax — errors name the line —, that FROM exists,
   // host paths absolute and present), then queues an operation of kind "template_build"

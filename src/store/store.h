@@ -138,6 +138,7 @@ class Store {
   [[nodiscard]] Result<TemplateRecord> GetTemplate(const std::string& name, const std::string& tag);
   [[nodiscard]] Result<TemplateRecord> GetTemplateByDigest(const std::string& digest);
   [[nodiscard]] Result<std::vector<TemplateRecord>> ListTemplates();
+  [[nodiscard]] Status DeleteTemplate(const std::string& name, const std::string& tag);  // no row: Ok
 
   [[nodiscard]] Status PutSnapshot(const SnapshotRecord& r);         // insert or update
   [[nodiscard]] Result<SnapshotRecord> GetSnapshot(const std::string& id);  // kNotFound

@@ -103,6 +103,15 @@ Status Store::DeleteSnapshot(const std::string& id) {
   return st.Exec();
 }
 
+Status Store::DeleteTemplate(const std::string& name, const std::string& tag) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "delete template " + name + ":" + tag);
+  STORE_PREPARE(st, "DELETE FROM templates WHERE name = ?1 AND tag = ?2");
+  STORE_BIND(st, 1, name);
+  STORE_BIND(st, 2, tag);
+  return st.Exec();
+}
+
 // ---- operator API keys ----
 
 Status Store::PutApiKey(const ApiKeyRecord& r) {

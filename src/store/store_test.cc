@@ -532,6 +532,14 @@ TEST_F(StoreTest, TemplatesByNameTagAndDigest) {
   by_digest = store_->GetTemplateByDigest(d1);
   ASSERT_TRUE(by_digest);
   ExpectSame(*by_digest, v1);
+
+  // Deleting a name leaves the others, also those of the same digest; a missing one is Ok.
+  ASSERT_TRUE(store_->DeleteTemplate("base", "v1"));
+  EXPECT_EQ(store_->GetTemplate("base", "v1").error().code, Errc::kNotFound);
+  EXPECT_EQ(store_->ListTemplates()->size(), 2u);
+  EXPECT_EQ(store_->GetTemplateByDigest(d1).error().code, Errc::kNotFound);
+  EXPECT_TRUE(store_->GetTemplateByDigest(d2));
+  EXPECT_TRUE(store_->DeleteTemplate("base", "v1"));
 }
 
 TEST_F(StoreTest, Settings) {

@@ -629,6 +629,31 @@ describe('templates', { skip: typeof Template?.build === 'function' ? false : 't
     assert.notEqual(again.buildId, info.buildId)
   })
 
+  test('template tags: a build with several, assignTags, getTags, removeTags', { skip: typeof Template?.assignTags === 'function' ? false : 'this SDK release has no template tags' }, async () => {
+    const name = `ci-e2b-tags-${process.pid}`
+    const tpl = Template().fromTemplate('base:latest').runCmd('echo tagged > /tagged')
+    const info = await Template.build(tpl, name, { tags: ['v1', 'stable'] })
+    assert.ok(info.buildId)
+    let tags = await Template.getTags(name)
+    assert.deepEqual(tags.map((t) => t.tag).sort(), ['stable', 'v1'])
+    assert.equal(new Set(tags.map((t) => t.buildId)).size, 1, JSON.stringify(tags))
+    const assigned = await Template.assignTags(`${name}:v1`, ['prod', 'canary'])
+    assert.deepEqual(assigned.tags, ['prod', 'canary'])
+    assert.equal(assigned.buildId, tags[0].buildId)
+    const sbx = await Sandbox.create(`${name}:prod`, { timeoutMs: 120_000 })
+    created.push(sbx)
+    assert.equal((await sbx.commands.run('cat /tagged')).stdout, 'tagged\n')
+    await Template.removeTags(name, ['canary', 'stable'])
+    tags = await Template.getTags(name)
+    assert.deepEqual(tags.map((t) => t.tag).sort(), ['prod', 'v1'])
+    await assert.rejects(Sandbox.create(`${name}:canary`), (e) => e instanceof NotFoundError || e instanceof SandboxError)
+    // Bad input changes nothing: an unknown target or tag, a malformed tag.
+    await assert.rejects(Template.assignTags(`no-such-template-${process.pid}:x`, ['y']))
+    await assert.rejects(Template.removeTags(name, ['never-made']))
+    await assert.rejects(Template.assignTags(`${name}:v1`, ['bad tag!']))
+    assert.deepEqual((await Template.getTags(name)).map((t) => t.tag).sort(), ['prod', 'v1'])
+  })
+
   test('a failing step is a BuildError with the reason; an image SPACE cannot pull is one too', async () => {
     const failing = Template().fromTemplate('base:latest').runCmd('echo nope >&2; exit 3')
     await assert.rejects(Template.build(failing, `ci-e2b-fail-${process.pid}`), (e) => {

@@ -331,6 +331,27 @@ def test_e2b_template_build_answers_validate(api):
     api.call("GET", "/templates/aliases/{alias}", params={"alias": "openapi-nosuch"}, auth=False, headers=e2b,
              expect=404)
 
+    # Tags: more names of the build; a bad or unknown one changes nothing.
+    tagged = api.call("POST", "/templates/tags", body={"target": name + ":v1", "tags": ["prod"]}, auth=False,
+                      headers=e2b, expect=201).json()
+    assert tagged["tags"] == ["prod"] and tagged["buildID"], tagged
+    api.call("POST", "/templates/tags", body={"target": name + ":v1", "tags": ["bad tag!"]}, auth=False,
+             headers=e2b, expect=400)
+    api.call("POST", "/templates/tags", body={"target": "openapi-nosuch:x", "tags": ["y"]}, auth=False,
+             headers=e2b, expect=404)
+    api.call("POST", "/templates/tags", body={"target": name + ":v1", "tags": []}, auth=False, headers=e2b,
+             expect=400)
+    listed = api.call("GET", "/templates/{templateID}/tags", params={"templateID": name}, auth=False, headers=e2b,
+                      expect=200).json()
+    assert sorted(t["tag"] for t in listed) == ["prod", "v1"], listed
+    assert len({t["buildID"] for t in listed}) == 1, listed
+    api.call("DELETE", "/templates/tags", body={"name": name, "tags": ["prod"]}, auth=False, headers=e2b,
+             expect=204)
+    api.call("DELETE", "/templates/tags", body={"name": name, "tags": ["prod"]}, auth=False, headers=e2b,
+             expect=404)
+    api.call("GET", "/templates/{templateID}/tags", params={"templateID": "openapi-nosuch"}, auth=False,
+             headers=e2b, expect=404)
+
 
 def test_every_route_was_validated(api, spec):
     """Run last: the tests above validated an answer of every route of the spec."""

@@ -58,8 +58,10 @@ std::string RelativeBase(core::Platform* p, const std::string& sandbox_id, const
 std::string FileUser(core::Platform* p, const std::string& sandbox_id, const std::string& requested);
 // E2B volumes: /volumes and /volumecontent (routes_e2b_volumes.cc, docs/volumes.md).
 Awaitable<bool> RouteVolumes(Ctx& ctx);
-// E2B's template build API, Template.build's calls (routes_e2b_templates.cc).
+// E2B's template build API, Template.build's calls (routes_e2b_templates.cc), and its
+// template tags (routes_e2b_tags.cc).
 Awaitable<bool> RouteTemplates(Ctx& ctx);
+Awaitable<bool> RouteTemplateTags(Ctx& ctx);
 
 // The `envdAccessToken` of a sandbox, checked on every envd request: SPACE's sandbox token
 // with every sandbox scope, one per sandbox (the same at every create and connect, so

@@ -476,6 +476,20 @@ Awaitable<void> BuildStatus(Ctx& ctx, const std::string& template_id, const std:
       reply["logEntries"].push_back({{"timestamp", ts}, {"level", "info"}, {"message", lines[i]}});
     }
     reply["status"] = StatusOf(*op);
+    // The build's other tags, once it is built (the build itself made the first).
+    if (op->state == "succeeded" && b->tags.size() > 1) {
+      const std::string first = b->name + ":" + b->tag;
+      auto tagged = co_await ctx.Blocking([&]() -> Status {
+        for (const auto& t : b->tags) {
+          if (t != b->tag) SPACE_TRY(p->TagTemplate(first, b->name + ":" + t));
+        }
+        return Ok();
+      });
+      if (!tagged) {
+        co_await ReplyError(ctx, tagged.error());
+        co_return;
+      }
+    }
     if (op->state == "failed") reply["reason"] = {{"message", op->error_message}};
   }
   co_await ctx.Reply(200, reply);
@@ -509,6 +523,7 @@ Awaitable<bool> RouteTemplates(Ctx& ctx) {
     co_await Upload(ctx, s[1]);
     co_return true;
   }
+  if (co_await RouteTemplateTags(ctx)) co_return true;
   const bool ours = (s.size() == 2 && s[0] == "v3" && s[1] == "templates" && m == "POST") ||
                     (s.size() == 4 && s[0] == "templates" && s[2] == "files" && m == "GET") ||
                     (s.size() == 5 && s[0] == "v2" && s[1] == "templates" && s[3] == "builds" && m == "POST") ||
