@@ -192,6 +192,30 @@ test("files: upload, view and download", async () => {
   await page.locator("#command-output", { hasText: "from-the-page" }).waitFor({ timeout: 20000 });
   await page.locator("#metrics-now", { hasText: "CPU" }).waitFor({ timeout: 20000 });
   await shot("sandbox");
+  // Stored output from any offset, either stream: a command writes 0..9 to stdout and
+  // err0..err9 to stderr; the view then shows stderr from its last 10 bytes only.
+  const started = await apiCall("POST", `/v1/sandboxes/${sandboxId}/commands`, { cmd: "for i in 0 1 2 3 4 5 6 7 8 9; do echo $i; echo err$i >&2; done" });
+  assert.equal(started.status, 201, JSON.stringify(started.body));
+  const cid = started.body.command.id;
+  await apiCall("GET", `/v1/sandboxes/${sandboxId}/commands/${cid}?wait=30s`);
+  await page.reload();
+  const cmdRow = page.locator(`tr[data-command-id="${cid}"]`);
+  await cmdRow.waitFor({ timeout: 20000 });
+  await cmdRow.getByRole("button", { name: cid }).click();
+  await page.locator("#command-output", { hasText: "[exited, exit 0]" }).waitFor({ timeout: 20000 });
+  assert.equal((await page.locator("#command-output").innerText()).split("\n[")[0], "0\n1\n2\n3\n4\n5\n6\n7\n8\n9\n");
+  await page.getByLabel("Stream").selectOption("stderr");
+  await page.getByLabel("From byte").fill("-10");
+  await page.getByRole("button", { name: "Show", exact: true }).click();
+  await page.locator("#command-output-note", { hasText: "stderr from byte 40" }).waitFor({ timeout: 20000 });
+  await page.locator("#command-output", { hasText: "[exited, exit 0]" }).waitFor({ timeout: 20000 });
+  assert.equal((await page.locator("#command-output").innerText()).split("\n[")[0], "err8\nerr9\n");
+  // A from-byte that is not a number is refused on the page, before any request.
+  const sent = requests.length;
+  await page.getByLabel("From byte").fill("ten");
+  await page.getByRole("button", { name: "Show", exact: true }).click();
+  await page.locator('[role="alert"]', { hasText: "want a whole number" }).waitFor({ timeout: 5000 });
+  assert.ok(!requests.slice(sent).some((u) => u.includes("/output")), "an output read was sent");
   await row.getByRole("button", { name: "delete console-note.txt" }).click();
   await row.waitFor({ state: "detached", timeout: 20000 });
 });

@@ -178,3 +178,24 @@ export function parentPath(p) {
 export function joinPath(dir, name) {
   return (dir.endsWith("/") ? dir : dir + "/") + name;
 }
+
+// Where a command's output view starts reading: the "from byte" field ("" = the start; a
+// negative number counts back from the end, "-1000" = the last 1,000 bytes) against the
+// stream's stored size. Throws on anything else.
+export function outputStart(field, size) {
+  const t = String(field ?? "").trim();
+  if (t === "") return 0;
+  if (!/^-?\d+$/.test(t)) throw new Error(`from byte "${t}": want a whole number (negative: from the end)`);
+  const n = Number(t);
+  if (!Number.isSafeInteger(n)) throw new Error(`from byte "${t}": too large`);
+  if (n >= 0) return n;
+  return Math.max(0, (Number(size) || 0) + n);
+}
+
+// The output view keeps at most `max` characters: appending `chunk` to `shown` drops the
+// oldest characters past that. Returns {text, dropped} (characters dropped by this call).
+export function boundedAppend(shown, chunk, max) {
+  const text = shown + chunk;
+  if (text.length <= max) return { text, dropped: 0 };
+  return { text: text.slice(text.length - max), dropped: text.length - max };
+}

@@ -275,33 +275,73 @@ function metricsPanel(id, timers) {
   return h("section", { "aria-labelledby": "metrics-h" }, h("h2", { id: "metrics-h" }, "Metrics"), text, h("p", { class: "muted" }, "CPU %"), cpuChart, h("p", { class: "muted" }, "Memory"), memChart);
 }
 
+// The view keeps the newest 1 MiB of characters it read; reads go in 256 KiB steps, so a
+// command with gigabytes of output neither hangs the page nor is read whole.
+const kOutputShown = 1 << 20;
+const kOutputStep = 256 << 10;
+
 function commandsPanel(id, err) {
   const list = h("tbody");
   const out = h("pre", { class: "output", id: "command-output", tabindex: "0", "aria-label": "Command output" });
+  const note = h("p", { class: "muted", id: "command-output-note", "aria-live": "polite" });
   const form = h("form", { class: "inline", "aria-label": "Run a command" },
     h("label", {}, "Command", h("input", { name: "cmd", id: "run-cmd", size: 40, required: true })),
     h("button", { type: "submit" }, "Run"));
+  // Which stream a command's output view reads, and from which byte ("-N": the last N bytes).
+  const streamSel = h("select", { name: "stream", id: "output-stream" }, h("option", { value: "stdout" }, "stdout"), h("option", { value: "stderr" }, "stderr"));
+  const fromInput = h("input", { name: "from", id: "output-from", size: 10, inputmode: "numeric", placeholder: "0", "aria-describedby": "output-from-help" });
+  const viewForm = h("form", { class: "inline", "aria-label": "Output to show" },
+    h("label", {}, "Stream", streamSel),
+    h("label", {}, "From byte", fromInput),
+    h("button", { type: "submit" }, "Show"),
+    h("span", { class: "muted", id: "output-from-help" }, "empty: from the start; -N: the last N bytes"));
   let streaming = null;
+  let current = null;
   const show = async (c) => {
     if (streaming) streaming.abort();
     const ctl = new AbortController();
     streaming = ctl;
+    current = c;
+    const stream = streamSel.value;
+    let off;
+    try {
+      off = L.outputStart(fromInput.value, stream === "stderr" ? c.stderr_size : c.stdout_size);
+    } catch (e) {
+      showError(err, e);
+      return;
+    }
     out.textContent = "";
-    let off = 0;
-    // Stored output from offset 0, then live (long polls) until the command ends.
+    note.textContent = `${c.id}, ${stream} from byte ${off}`;
+    let shown = "";
+    let droppedAny = false;
+    const decoder = new TextDecoder();
+    // Stored output from the chosen offset, then live (long polls) until the command ends.
     for (;;) {
       let r;
       try {
-        r = await api("GET", `${sbPath(id)}/commands/${c.id}/output?stream=stdout&offset=${off}&wait=20s`, { raw: true });
+        r = await api("GET", `${sbPath(id)}/commands/${c.id}/output?stream=${stream}&offset=${off}&limit=${kOutputStep}&wait=20s`, { raw: true });
       } catch (e) {
         if (!ctl.signal.aborted) showError(err, e);
         return;
       }
       if (ctl.signal.aborted) return;
-      out.textContent += await r.text();
-      off = Number(r.headers.get("Space-Next-Offset") || off);
+      const bytes = new Uint8Array(await r.arrayBuffer());
+      if (ctl.signal.aborted) return;
+      const next = Number(r.headers.get("Space-Next-Offset") || off + bytes.length);
+      const b = L.boundedAppend(shown, decoder.decode(bytes, { stream: true }), kOutputShown);
+      shown = b.text;
+      if (b.dropped) droppedAny = true;
+      out.textContent = shown;
+      if (droppedAny) note.textContent = `${c.id}, ${stream}: only the newest ${L.formatBytes(kOutputShown)} read is shown; set "From byte" to see an earlier part`;
       const state = r.headers.get("Space-Command-State");
-      if (state && state !== "running" && state !== "starting") {
+      const ended = state && state !== "running" && state !== "starting";
+      // More stored bytes past this chunk are read at once, without waiting.
+      if (ended && next === off + bytes.length && bytes.length === kOutputStep) {
+        off = next;
+        continue;
+      }
+      off = next;
+      if (ended) {
         const code = r.headers.get("Space-Exit-Code");
         out.append(h("span", { class: "muted" }, `\n[${state}${code !== null ? ", exit " + code : ""}]`));
         refresh();
@@ -309,6 +349,11 @@ function commandsPanel(id, err) {
       }
     }
   };
+  viewForm.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    if (current) show(current);
+    else showError(err, new Error("choose a command first"));
+  });
   const refresh = async () => {
     try {
       const r = await api("GET", `${sbPath(id)}/commands`);
@@ -316,7 +361,8 @@ function commandsPanel(id, err) {
         h("td", {}, h("button", { type: "button", onclick: () => show(c) }, c.id)),
         h("td", {}, c.cmd ?? (c.argv || []).join(" ")),
         h("td", {}, c.state + (c.exit_code !== null && c.exit_code !== undefined ? ` (${c.exit_code})` : "")),
-        h("td", { class: "hide-narrow" }, L.formatBytes(c.stdout_size)))));
+        h("td", { class: "hide-narrow" }, L.formatBytes(c.stdout_size)),
+        h("td", { class: "hide-narrow" }, L.formatBytes(c.stderr_size)))));
     } catch (e) {
       showError(err, e);
     }
@@ -333,7 +379,8 @@ function commandsPanel(id, err) {
   });
   refresh();
   return h("section", { "aria-labelledby": "commands-h" }, h("h2", { id: "commands-h" }, "Commands"), form,
-    h("div", { class: "table-wrap" }, h("table", { id: "commands" }, h("thead", {}, h("tr", {}, ...["Command", "What", "State", "Output"].map((t) => h("th", { scope: "col" }, t)))), list)), out);
+    h("div", { class: "table-wrap" }, h("table", { id: "commands" }, h("thead", {}, h("tr", {}, ...["Command", "What", "State", "stdout", "stderr"].map((t, i) => h("th", { scope: "col", class: i >= 3 ? "hide-narrow" : undefined }, t)))), list)),
+    viewForm, note, out);
 }
 
 function filesPanel(id, err) {

@@ -98,3 +98,22 @@ test("formatting", () => {
   assert.equal(L.joinPath("/", "x"), "/x");
   assert.equal(L.joinPath("/a", "x"), "/a/x");
 });
+
+test("the output view starts where the from-byte field says", () => {
+  assert.equal(L.outputStart("", 500), 0);
+  assert.equal(L.outputStart(undefined, 500), 0);
+  assert.equal(L.outputStart(" 120 ", 500), 120);
+  assert.equal(L.outputStart("9999", 500), 9999); // past the end: the read waits for more
+  assert.equal(L.outputStart("-100", 500), 400);
+  assert.equal(L.outputStart("-1000", 500), 0);
+  assert.equal(L.outputStart("-5", undefined), 0);
+  assert.throws(() => L.outputStart("1.5", 10), /whole number/);
+  assert.throws(() => L.outputStart("abc", 10), /whole number/);
+  assert.throws(() => L.outputStart("99999999999999999999", 10), /too large/);
+});
+
+test("the output view keeps only its newest characters", () => {
+  assert.deepEqual(L.boundedAppend("ab", "cd", 10), { text: "abcd", dropped: 0 });
+  assert.deepEqual(L.boundedAppend("abcdef", "gh", 5), { text: "defgh", dropped: 3 });
+  assert.deepEqual(L.boundedAppend("", "0123456789", 4), { text: "6789", dropped: 6 });
+});
