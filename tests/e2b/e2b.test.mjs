@@ -329,6 +329,25 @@ describe('lifecycle and listing', () => {
     await again.commands.kill(bg.pid)
   })
 
+  // Not on gVisor (e2b_sdk_test's SdkOnGvisor leaves it out): its /proc has no boot_id.
+  test('a pause keeps the boot id; a filesystem-only pause (memory: false) keeps the files and restarts: a new boot id', async () => {
+    const sbx = await create({ metadata: { role: 'fs-pause' } })
+    await sbx.files.write('/tmp/state.txt', 'kept')
+    const bootId = (await sbx.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout
+    assert.match(bootId, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\n$/)
+    assert.equal(await sbx.pause(), true)
+    await Sandbox.connect(sbx.sandboxId)
+    assert.equal((await sbx.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout, bootId, 'a pause in memory is no reboot')
+    const res = await api(`/sandboxes/${sbx.sandboxId}/pause`, { method: 'POST', body: '{"memory":false}' })
+    assert.equal(res.status, 204, await res.text())
+    assert.equal((await sbx.getInfo()).state, 'paused')
+    const again = await Sandbox.connect(sbx.sandboxId)
+    assert.equal(await again.files.read('/tmp/state.txt'), 'kept')
+    const after = (await again.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout
+    assert.equal(after.length, bootId.length)
+    assert.notEqual(after, bootId, 'processes restarted under a boot id of their own')
+  })
+
   test('getMetrics: CPU, memory and disk, as GET /v1/sandboxes/{id}/metrics has them', async () => {
     const sbx = await create({ metadata: { role: 'metrics' } })
     await sbx.commands.run('head -c 3000000 /dev/urandom > /root/blob; sync')

@@ -358,6 +358,35 @@ TEST_F(OciTest, AgentRunsAsIsolatedPid1) {
   EXPECT_EQ(*list, std::vector<std::string>{"iso"});
 }
 
+// Each start is a boot of its own: a boot id that is not the host's, unchanged while the
+// sandbox runs, read-only inside, and new at the next start (E2B's tests read it to tell a
+// pause that restarts processes from one that keeps them).
+TEST_F(OciTest, EachStartHasABootIdOfItsOwn) {
+  auto host = sys::ReadFile("/proc/sys/kernel/random/boot_id");
+  ASSERT_TRUE(host);
+  auto read = [&]() -> std::string {
+    auto r = Ask(rt_->AgentSocketPath("boot"), "sh cat /proc/sys/kernel/random/boot_id");
+    return r ? *r : "error: " + r.error().message;
+  };
+  ASSERT_TRUE(Start(Spec("boot")));
+  std::string first = read();
+  ASSERT_EQ(first.size(), 36 + 1 + std::string("exit=0\n").size()) << first;
+  EXPECT_EQ(first.substr(37), "exit=0\n") << first;
+  EXPECT_EQ(first[14], '4') << first;
+  EXPECT_NE(first.substr(0, 37), *host);
+  EXPECT_EQ(read(), first);
+  auto write = Ask(rt_->AgentSocketPath("boot"),
+                   "sh echo 00000000-0000-4000-8000-000000000000 > /proc/sys/kernel/random/boot_id");
+  ASSERT_TRUE(write);
+  EXPECT_EQ(write->find("exit=0"), std::string::npos) << *write;
+  EXPECT_EQ(read(), first);
+  ASSERT_TRUE(rt_->Destroy("boot"));
+  ASSERT_TRUE(Start(Spec("boot")));
+  std::string second = read();
+  EXPECT_EQ(second.size(), first.size()) << second;
+  EXPECT_NE(second, first);
+}
+
 TEST_F(OciTest, LimitsAreConfiguredAndPidsEnforced) {
   InstanceSpec s = Spec("lim");
   s.limits.pids = 32;
@@ -658,7 +687,13 @@ TEST_F(OciTest, HelperNamespaceDoesNotGrowWithInstances) {
     so.argv = {"nsenter", "--mount=" + opts_.state_dir + "/ns/mnt", "cat", "/proc/self/mountinfo"};
     auto r = sys::RunChecked(so);
     EXPECT_TRUE(r) << r.error().message;
-    return r ? std::count(r->out.begin(), r->out.end(), '\n') : -1;
+    // Only mounts under this test's state dir: the helper namespace receives the host's
+    // mounts (a slave of it), and other tests running at once mount and unmount their own.
+    if (!r) return -1L;
+    long n = 0;
+    std::istringstream lines(r->out);
+    for (std::string line; std::getline(lines, line);) n += line.find(opts_.state_dir) != std::string::npos;
+    return n;
   };
   const auto before = helper_mounts();
   for (const char* id : {"grow1", "grow2", "grow3"}) {
