@@ -46,4 +46,9 @@ if [ "$PROG" = space_bench ]; then
   fi
 fi
 echo "# $PROG $(date -u +%FT%TZ) on $(nproc) cores; spaced at $URL"
-$BIN/$PROG --url "$URL" --key "$KEY" --data-dir "$DIR/data" "${MVM_ARGS[@]}" "$@"
+# PROG is a program in $BIN, or a Python script in bench/ (e.g. PROG=peer.py).
+if [[ "$PROG" == *.py ]]; then
+  /usr/bin/python3 "bench/$PROG" --url "$URL" --key "$KEY" --data-dir "$DIR/data" --bin "$BIN" "$@"
+else
+  $BIN/$PROG --url "$URL" --key "$KEY" --data-dir "$DIR/data" "${MVM_ARGS[@]}" "$@"
+fi

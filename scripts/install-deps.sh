@@ -35,6 +35,8 @@ PKGS=(
 # npm (the E2B SDK compatibility tests install the pinned SDK with `npm ci`): Debian's
 # package, unless the installed nodejs already brings its own npm.
 if ! command -v npm >/dev/null 2>&1; then PKGS+=(npm); fi
+# --bench: also what the benchmarks run beside SPACE (bench/peer.sh: Debian's podman).
+if [ "${1:-}" = "--bench" ]; then PKGS+=(podman); fi
 
 missing=()
 for p in "${PKGS[@]}"; do
