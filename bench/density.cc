@@ -49,14 +49,22 @@ int64_t ProcKb(const std::string& file, const std::string& key) {
   return std::strtoll(text->c_str() + p, nullptr, 10) * 1024;
 }
 
+// Where host memory goes, from /proc/meminfo: the kernel's own (slab, stacks, page tables,
+// per-cpu) and user pages (anonymous, tmpfs/shmem), to tell which grows per sandbox.
+constexpr const char* kMeminfoParts[] = {"AnonPages", "Shmem",     "SUnreclaim", "SReclaimable",
+                                         "KernelStack", "PageTables", "Percpu"};
+constexpr size_t kParts = sizeof kMeminfoParts / sizeof kMeminfoParts[0];
+
 struct Sample {
   int64_t rss = -1, anon = -1, avail = -1;
   size_t threads = 0, fds = 0;
+  int64_t parts[kParts] = {};
 };
 
 Sample Measure(const std::string& pid) {
   Sample s;
   s.avail = ProcKb("/proc/meminfo", "MemAvailable");
+  for (size_t i = 0; i < kParts; ++i) s.parts[i] = ProcKb("/proc/meminfo", kMeminfoParts[i]);
   if (!pid.empty()) {
     s.rss = ProcKb("/proc/" + pid + "/status", "VmRSS");
     s.anon = ProcKb("/proc/" + pid + "/status", "RssAnon");
@@ -306,6 +314,10 @@ int main(int argc, char** argv) {
               KiB((full.rss - idle.rss) / n).c_str(), KiB((after_run.rss - idle.rss) / n).c_str(),
               KiB((idle.avail - full.avail) / n).c_str(),
               KiB((idle.avail - after_run.avail) / n).c_str());
+  std::printf("per sandbox, by /proc/meminfo (idle -> %d sandboxes after a command):", created);
+  for (size_t i = 0; i < kParts; ++i)
+    std::printf(" %s %s%s", kMeminfoParts[i], KiB((after_run.parts[i] - idle.parts[i]) / n).c_str(),
+                i + 1 < kParts ? "," : "\n");
   const double growth = idle.rss > 0 ? static_cast<double>(gone.rss - idle.rss) / idle.rss : 0;
   std::printf("spaced RSS after the deletes: %+.1f %% of idle\n", growth * 100);
   if (!create_ms.empty()) {
