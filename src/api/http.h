@@ -208,6 +208,12 @@ Awaitable<bool> RouteArchives(Ctx& ctx);
 Awaitable<bool> RouteRuntimes(Ctx& ctx);
 // /v1/volumes and their files (routes_volumes.cc, docs/volumes.md).
 Awaitable<bool> RouteVolumes(Ctx& ctx);
+// Writes the request body, as it arrives, to `path` in volume `vol` (created, or truncated,
+// with `mode`), in the agent's file chunks; an empty body makes an empty file. Returns the
+// bytes written. Shared by the v1 and E2B volume routes.
+Awaitable<Result<uint64_t>> WriteVolumeFileFromBody(Ctx& ctx, const std::string& vol,
+                                                    const std::string& path, int mode,
+                                                    bool create_parents);
 // /v1/keys, /v1/sandboxes/{id}/tokens, /v1/whoami (routes_access.cc).
 Awaitable<bool> RouteAccess(Ctx& ctx);
 // Ports as URLs (routes_ports.cc, docs/ports.md). RoutePortsHost: if the Host names a

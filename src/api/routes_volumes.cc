@@ -76,31 +76,12 @@ Awaitable<void> ServeVolumeFiles(Ctx& ctx, const std::string& vol, const std::st
     }
     const int mode = *parsed_mode;
     const bool parents = Truthy(ctx.Query("create_parents", "true"));
-    uint64_t off = 0;
-    bool wrote = false;
-    std::function<Awaitable<Status>(std::string_view)> sink =
-        [&](std::string_view piece) -> Awaitable<Status> {
-      while (!piece.empty() || !wrote) {
-        size_t n = std::min<size_t>(piece.size(), core::kFileChunkBytes);
-        std::string part(piece.substr(0, n));
-        Json req = {{"path", path}, {"offset", off}, {"truncate", off == 0}, {"mode", mode},
-                    {"create_parents", parents}};
-        auto r = co_await ctx.Blocking(
-            [&] { return p->VolumeFileOp(vol, "write", req, part); });
-        if (!r) co_return tl::unexpected(r.error());
-        wrote = true;
-        off += n;
-        piece.remove_prefix(n);
-      }
-      co_return Ok();
-    };
-    auto st = co_await ctx.ReadBodyStream(static_cast<size_t>(p->config().max_file_bytes), sink);
-    if (st && !wrote) st = co_await sink(std::string_view());
-    if (!st) {
-      co_await ctx.ReplyError(st.error());
+    auto written = co_await WriteVolumeFileFromBody(ctx, vol, path, mode, parents);
+    if (!written) {
+      co_await ctx.ReplyError(written.error());
       co_return;
     }
-    Json reply_body = {{"path", path}, {"size", off}};
+    Json reply_body = {{"path", path}, {"size", *written}};
     co_await ctx.Reply(200, reply_body);
     co_return;
   }
@@ -154,6 +135,33 @@ Awaitable<void> ServeVolumeFiles(Ctx& ctx, const std::string& vol, const std::st
 }
 
 }  // namespace
+
+Awaitable<Result<uint64_t>> WriteVolumeFileFromBody(Ctx& ctx, const std::string& vol,
+                                                    const std::string& path, int mode,
+                                                    bool create_parents) {
+  core::Platform* p = ctx.platform;
+  uint64_t off = 0;
+  bool wrote = false;
+  std::function<Awaitable<Status>(std::string_view)> sink =
+      [&](std::string_view piece) -> Awaitable<Status> {
+    while (!piece.empty() || !wrote) {
+      size_t n = std::min<size_t>(piece.size(), core::kFileChunkBytes);
+      std::string part(piece.substr(0, n));
+      Json req = {{"path", path}, {"offset", off}, {"truncate", off == 0}, {"mode", mode},
+                  {"create_parents", create_parents}};
+      auto r = co_await ctx.Blocking([&] { return p->VolumeFileOp(vol, "write", req, part); });
+      if (!r) co_return tl::unexpected(r.error());
+      wrote = true;
+      off += n;
+      piece.remove_prefix(n);
+    }
+    co_return Ok();
+  };
+  auto st = co_await ctx.ReadBodyStream(static_cast<size_t>(p->config().max_file_bytes), sink);
+  if (st && !wrote) st = co_await sink(std::string_view());
+  if (!st) co_return tl::unexpected(st.error());
+  co_return off;
+}
 
 Awaitable<bool> RouteVolumes(Ctx& ctx) {
   const auto& s = ctx.segments;

@@ -161,29 +161,9 @@ Awaitable<void> ServeContent(Ctx& ctx, const std::string& vol, const std::string
     co_return;
   }
   if (what == "file" && ctx.method == "PUT") {
-    uint64_t off = 0;
-    bool wrote = false;
-    const int file_mode = mode < 0 ? 0644 : mode;
-    std::function<Awaitable<Status>(std::string_view)> sink =
-        [&](std::string_view piece) -> Awaitable<Status> {
-      while (!piece.empty() || !wrote) {
-        size_t n = std::min<size_t>(piece.size(), core::kFileChunkBytes);
-        std::string part(piece.substr(0, n));
-        Json req = {{"path", path}, {"offset", off}, {"truncate", off == 0}, {"mode", file_mode},
-                    {"create_parents", true}};
-        auto r = co_await ctx.Blocking(
-            [&] { return p->VolumeFileOp(vol, "write", req, part); });
-        if (!r) co_return tl::unexpected(r.error());
-        wrote = true;
-        off += n;
-        piece.remove_prefix(n);
-      }
-      co_return Ok();
-    };
-    auto st = co_await ctx.ReadBodyStream(static_cast<size_t>(p->config().max_file_bytes), sink);
-    if (st && !wrote) st = co_await sink(std::string_view());
-    if (!st) {
-      co_await ReplyVolumeError(ctx, st.error());
+    auto written = co_await WriteVolumeFileFromBody(ctx, vol, path, mode < 0 ? 0644 : mode, true);
+    if (!written) {
+      co_await ReplyVolumeError(ctx, written.error());
       co_return;
     }
     co_await ReplyStat(ctx, vol, path, 201);
