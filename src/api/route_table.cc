@@ -124,6 +124,8 @@ constexpr RouteEntry kRoutes[] = {
     {"GET", "/v1/templates", Surface::kV1},
     {"POST", "/v1/templates", Surface::kV1},
     {"GET", "/v1/templates/builds/{operation_id}/log", Surface::kV1},
+    {"PUT", "/v1/templates/{name_tag}", Surface::kV1},
+    {"DELETE", "/v1/templates/{name_tag}", Surface::kV1},
     {"GET", "/v1/templates/{ref}/archive", Surface::kV1},
     {"GET", "/v1/snapshots/{snapshot_id}/archive", Surface::kV1},
     // Named volumes and their files (routes_volumes.cc, docs/volumes.md).

@@ -1,4 +1,5 @@
-// Routes: /v1/templates — list, build (an operation) and build logs.
+// Routes: /v1/templates — list, build (an operation), build logs, and names (tags): PUT
+// /v1/templates/{name:tag} {"from": REF} gives REF's build that name, DELETE removes it.
 #include "api/http.h"
 
 namespace space::api {
@@ -82,6 +83,41 @@ Awaitable<bool> RouteTemplates(Ctx& ctx) {
       Json reply_body = {{"operation", OperationJson(op)}};
       co_await ctx.Reply(202, reply_body);
     }
+    co_return true;
+  }
+
+  if (s.size() == 3 && s[2] != "builds" && ctx.method == "PUT") {
+    const std::string name_tag = s[2];
+    auto body = co_await ctx.ReadJson();
+    if (!body) {
+      co_await ctx.ReplyError(body.error());
+      co_return true;
+    }
+    const Json* from = body->is_object() && body->contains("from") ? &(*body)["from"] : nullptr;
+    if (!from || !from->is_string() || from->get<std::string>().empty()) {
+      co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0,
+                                    "want {\"from\": \"name:tag\" or \"sha256:...\"}: the build to name " +
+                                        name_tag});
+      co_return true;
+    }
+    const std::string target = from->get<std::string>();
+    auto t = co_await ctx.Blocking([&] { return p->TagTemplate(target, name_tag); });
+    if (!t) {
+      co_await ctx.ReplyError(t.error());
+      co_return true;
+    }
+    co_await ctx.Reply(200, TemplateJson(*t));
+    co_return true;
+  }
+
+  if (s.size() == 3 && s[2] != "builds" && ctx.method == "DELETE") {
+    const std::string name_tag = s[2];
+    auto st = co_await ctx.Blocking([&] { return p->UntagTemplate(name_tag); });
+    if (!st) {
+      co_await ctx.ReplyError(st.error());
+      co_return true;
+    }
+    co_await ctx.Reply(200, Json::object());
     co_return true;
   }
 

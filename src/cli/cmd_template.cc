@@ -250,10 +250,57 @@ int RunTemplateImport(Context& ctx, const ImportArgs& a) {
   return RunBuild(ctx, *body);
 }
 
+// A template name goes into a URL path as it is: refuse what would change the URL's shape
+// (the server checks the rest of the name's syntax).
+Status CheckNameInPath(const std::string& ref) {
+  if (ref.empty() || ref.find_first_of("/?#% \t\r\n") != std::string::npos)
+    return Fail(Errc::kInvalidArgument, "bad template name '" + ref + "': want name:tag");
+  return Ok();
+}
+
+int RunTemplateTag(Context& ctx, const std::string& from, const std::string& name_tag) {
+  if (auto st = CheckNameInPath(name_tag); !st) return ReportUsage(st.error().message);
+  auto c = ctx.GetClient();
+  if (!c) return ReportError(c.error());
+  auto t = (*c)->Call("PUT", "/v1/templates/" + name_tag, Json{{"from", from}});
+  if (!t) return ReportError(std::move(t).error().Wrap("template tag " + from + " " + name_tag));
+  if (ctx.globals.json) {
+    PrintJson(*t);
+  } else {
+    PrintText(JsonStringOr(*t, "digest", "") + "\n");
+  }
+  return 0;
+}
+
+int RunTemplateUntag(Context& ctx, const std::vector<std::string>& names) {
+  auto c = ctx.GetClient();
+  if (!c) return ReportError(c.error());
+  int rc = 0;
+  Json results = Json::array();
+  for (const std::string& n : names) {
+    if (auto st = CheckNameInPath(n); !st) {
+      rc = ReportUsage(st.error().message);
+      continue;
+    }
+    auto r = (*c)->Call("DELETE", "/v1/templates/" + n);
+    if (!r) {
+      rc = ReportError(std::move(r).error().Wrap("template untag " + n));
+      continue;
+    }
+    if (ctx.globals.json) {
+      results.push_back(Json{{"name", n}, {"removed", true}});
+    } else {
+      PrintText(n + "\n");
+    }
+  }
+  if (ctx.globals.json) PrintJson(results);
+  return rc;
+}
+
 }  // namespace
 
 void AddTemplateCommands(CLI::App& app, Context& ctx) {
-  CLI::App* tmpl = app.add_subcommand("template", "Build or import templates");
+  CLI::App* tmpl = app.add_subcommand("template", "Build, import or name templates");
   tmpl->require_subcommand(1);
   {
     auto a = std::make_shared<BuildArgs>();
@@ -277,6 +324,22 @@ void AddTemplateCommands(CLI::App& app, Context& ctx) {
     cmd->add_option("--dir", a->dir, "A root filesystem directory");
     cmd->add_option("-t,--tag", a->ref, "NAME:TAG of the template")->required();
     cmd->callback([&ctx, a] { ctx.exit_code = RunTemplateImport(ctx, *a); });
+  }
+  {
+    auto from = std::make_shared<std::string>(), name = std::make_shared<std::string>();
+    CLI::App* cmd = tmpl->add_subcommand(
+        "tag", "Give a template's build a further name (NAME:TAG); prints its digest");
+    cmd->add_option("template", *from, "The build to name: NAME:TAG or sha256:DIGEST")->required();
+    cmd->add_option("name", *name, "The new name, NAME:TAG (one naming another build moves here)")
+        ->required();
+    cmd->callback([&ctx, from, name] { ctx.exit_code = RunTemplateTag(ctx, *from, *name); });
+  }
+  {
+    auto names = std::make_shared<std::vector<std::string>>();
+    CLI::App* cmd = tmpl->add_subcommand(
+        "untag", "Remove template names (the build stays for what uses it); prints each name removed");
+    cmd->add_option("names", *names, "NAME:TAG ...")->required();
+    cmd->callback([&ctx, names] { ctx.exit_code = RunTemplateUntag(ctx, *names); });
   }
   for (CLI::App* sub : tmpl->get_subcommands({})) sub->fallthrough();
 }

@@ -299,6 +299,87 @@ TEST_F(TemplateBuildTest, CliBuildAndImport) {
   EXPECT_EQ(usage.exit_code, 2) << usage.err;
 }
 
+// Names (tags) through SPACE's own API and CLI: a build gets further names, a name moves
+// between builds, removing one leaves the build to what still uses it; bad names and
+// unknown builds are clear errors that change nothing.
+TEST_F(TemplateBuildTest, TagsThroughTheApiAndCli) {
+  auto [st, op] = Build({{"name", "tags"}, {"tag", "one"}, {"spec", "FROM base\nRUN echo one > /which\n"}});
+  ASSERT_EQ(st, 201) << op.dump();
+  auto [st2, op2] = Build({{"name", "tags"}, {"tag", "two"}, {"spec", "FROM base\nRUN echo two > /which\n"}});
+  ASSERT_EQ(st2, 201) << op2.dump();
+  auto put = [&](const std::string& name, const Json& body) {
+    auto r = c().Request("PUT", "/v1/templates/" + name, body.dump(), "application/json");
+    EXPECT_TRUE(r) << (r ? "" : r.error().message);
+    return r ? std::make_pair(r->status, ParseJson(r->body).value_or(Json())) : std::make_pair(0, Json());
+  };
+  auto digest_of = [&](const std::string& name) -> std::string {
+    auto r = c().Request("GET", "/v1/templates");
+    if (!r) return "";
+    auto j = ParseJson(r->body);
+    if (!j) return "";
+    for (const Json& t : (*j)["templates"])
+      if (t.value("name", "") + ":" + t.value("tag", "") == name) return t.value("digest", "");
+    return "";
+  };
+  const std::string one = digest_of("tags:one"), two = digest_of("tags:two");
+  ASSERT_FALSE(one.empty());
+  ASSERT_NE(one, two);
+
+  auto [s1, t1] = put("tags:stable", {{"from", "tags:one"}});
+  ASSERT_EQ(s1, 200) << t1.dump();
+  EXPECT_EQ(t1.value("digest", ""), one);
+  std::string id = CreateSandbox(c(), {{"template", "tags:stable"}});
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(Cat(id, "/which"), "one\n");
+  // The name moves to the other build (by digest); the running sandbox keeps its own.
+  auto [s2, t2] = put("tags:stable", {{"from", two}});
+  ASSERT_EQ(s2, 200) << t2.dump();
+  EXPECT_EQ(digest_of("tags:stable"), two);
+  std::string id2 = CreateSandbox(c(), {{"template", "tags:stable"}});
+  ASSERT_FALSE(id2.empty());
+  EXPECT_EQ(Cat(id2, "/which"), "two\n");
+  EXPECT_EQ(Cat(id, "/which"), "one\n");
+
+  // Bad input: an unknown build, a bad name, no "from", a body that is not JSON.
+  EXPECT_EQ(put("tags:x", {{"from", "nope:none"}}).first, 404);
+  EXPECT_EQ(put("tags:x", {{"from", "sha256:" + std::string(64, '0')}}).first, 404);
+  EXPECT_EQ(put("Bad%20Name:x", {{"from", "tags:one"}}).first, 400);
+  EXPECT_EQ(put("tags:x", Json::object()).first, 400);
+  EXPECT_EQ(put("tags:x", {{"from", 7}}).first, 400);
+  auto junk = c().Request("PUT", "/v1/templates/tags:x", "{not json", "application/json");
+  ASSERT_TRUE(junk);
+  EXPECT_EQ(junk->status, 400);
+  EXPECT_EQ(digest_of("tags:x"), "");
+
+  // The CLI: tag prints the digest, untag each name removed; the builds stay.
+  auto space = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {BinDir() + "/space", "--url", daemon_->url(), "--api-key",
+                                     daemon_->api_key()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = sys::Run({.argv = argv}, 60000);
+    EXPECT_TRUE(r) << (r ? "" : r.error().message);
+    return r ? *r : sys::RunResult{};
+  };
+  auto tag = space({"template", "tag", "tags:one", "tags:cli"});
+  ASSERT_EQ(tag.exit_code, 0) << tag.err;
+  EXPECT_EQ(tag.out, one + "\n");
+  auto untag = space({"template", "untag", "tags:cli", "tags:stable"});
+  ASSERT_EQ(untag.exit_code, 0) << untag.err;
+  EXPECT_EQ(untag.out, "tags:cli\ntags:stable\n");
+  EXPECT_EQ(digest_of("tags:cli"), "");
+  EXPECT_EQ(digest_of("tags:stable"), "");
+  EXPECT_EQ(digest_of("tags:one"), one);
+  auto again = space({"template", "untag", "tags:cli"});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.err.find("unknown template tags:cli"), std::string::npos) << again.err;
+  auto bad = space({"template", "tag", "tags:one", "a/b:c"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  // Sandboxes made under a removed name run on.
+  EXPECT_EQ(Cat(id2, "/which"), "two\n");
+  EXPECT_TRUE(c().DeleteSandboxAndWait(id, 30s));
+  EXPECT_TRUE(c().DeleteSandboxAndWait(id2, 30s));
+}
+
 TEST_F(TemplateBuildTest, ImportsOciArchive) {
   // A one-layer OCI image layout, made with the system's tar and sha256sum.
   auto tmp = sys::TempDir::Create("/tmp", "tb-oci-");
