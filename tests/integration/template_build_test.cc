@@ -53,6 +53,15 @@ class TemplateBuildTest : public SharedDaemonTest<TemplateBuildTest> {
     auto f = c().ReadFile(id, path);
     return f ? *f : "<" + f.error().message + ">";
   }
+  // The `space` CLI against this test's spaced.
+  sys::RunResult Space(std::vector<std::string> args) {
+    std::vector<std::string> argv = {BinDir() + "/space", "--url", daemon_->url(), "--api-key",
+                                     daemon_->api_key()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = sys::Run({.argv = argv}, 120000);
+    EXPECT_TRUE(r) << (r ? "" : r.error().message);
+    return r ? *r : sys::RunResult{};
+  }
   static int Count(const std::string& hay, const std::string& needle) {
     int n = 0;
     for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
@@ -264,14 +273,7 @@ TEST_F(TemplateBuildTest, CliBuildAndImport) {
   ASSERT_TRUE(sys::WriteFileAtomic(dir + "/ctx/unused.bin", "not sent"));
   ASSERT_TRUE(sys::WriteFileAtomic(
       dir + "/Spacefile", "FROM base\nCOPY conf /etc/app/\nRUN cat /etc/app/app.ini > /seen\n"));
-  auto space = [&](std::vector<std::string> args) {
-    std::vector<std::string> argv = {BinDir() + "/space", "--url", daemon_->url(), "--api-key",
-                                     daemon_->api_key()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto r = sys::Run({.argv = argv}, 120000);
-    EXPECT_TRUE(r) << (r ? "" : r.error().message);
-    return r ? *r : sys::RunResult{};
-  };
+  auto space = [&](std::vector<std::string> args) { return Space(std::move(args)); };
   auto r = space({"template", "build", "-f", dir + "/Spacefile", "-t", "cli:v1", "--context",
                   dir + "/ctx"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -352,14 +354,7 @@ TEST_F(TemplateBuildTest, TagsThroughTheApiAndCli) {
   EXPECT_EQ(digest_of("tags:x"), "");
 
   // The CLI: tag prints the digest, untag each name removed; the builds stay.
-  auto space = [&](std::vector<std::string> args) {
-    std::vector<std::string> argv = {BinDir() + "/space", "--url", daemon_->url(), "--api-key",
-                                     daemon_->api_key()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto r = sys::Run({.argv = argv}, 60000);
-    EXPECT_TRUE(r) << (r ? "" : r.error().message);
-    return r ? *r : sys::RunResult{};
-  };
+  auto space = [&](std::vector<std::string> args) { return Space(std::move(args)); };
   auto tag = space({"template", "tag", "tags:one", "tags:cli"});
   ASSERT_EQ(tag.exit_code, 0) << tag.err;
   EXPECT_EQ(tag.out, one + "\n");
