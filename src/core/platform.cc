@@ -40,6 +40,7 @@ runtime::InstanceSpec InstanceSpecFor(const store::SandboxRecord& rec, const std
   spec.network = Platform::StoredPolicy(rec).internet();
   bool have_path = false;
   if (const Json* tc = JsonField(rec.spec, "template_config")) {
+    spec.allow_setuid = JsonBoolOr(*tc, "allow_setuid", false);
     if (const Json* env = JsonField(*tc, "env"); env && env->is_array()) {
       for (const auto& e : *env) {
         if (!e.is_string()) continue;

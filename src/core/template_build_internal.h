@@ -35,6 +35,7 @@ struct ImageConfig {
   std::string workdir = "/";
   std::string user = "root";
   std::vector<std::string> start_cmd, ready_cmd;  // CMD, HEALTHCHECK CMD (inherited)
+  bool allow_setuid = false;  // LABEL space.allow-setuid (inherited): no no_new_privs
 
   void SetEnv(const std::string& kv) {
     size_t eq = kv.find('=');
@@ -68,6 +69,7 @@ struct ImageConfig {
         }
       }
     }
+    c.allow_setuid = JsonBoolOr(j, "allow_setuid", false);
     return c;
   }
   Json ToJson() const {
@@ -76,6 +78,7 @@ struct ImageConfig {
     Json j = {{"env", env_arr}, {"workdir", workdir}, {"user", user}};
     if (!start_cmd.empty()) j["start_cmd"] = start_cmd;
     if (!ready_cmd.empty()) j["ready_cmd"] = ready_cmd;
+    if (allow_setuid) j["allow_setuid"] = true;
     return j;
   }
 };

@@ -168,6 +168,7 @@ Status RunStep(Build& b, const std::string& layer, const std::string& key_hex,
   spec.rootfs = *root;
   spec.hostname = "build";
   spec.network = b.req.network;
+  spec.allow_setuid = cfg.allow_setuid;  // RUN sudo … after USER, as in the sandboxes
   bool have_path = false;
   for (const auto& [k, v] : cfg.env) {
     spec.env.push_back(k + "=" + v);
@@ -457,6 +458,7 @@ Result<Json> BuildFromSpec(Build& b) {
     cfg.ready_cmd.clear();  // a new start command brings its own check, or none
   }
   if (!spec->ready_cmd.empty()) cfg.ready_cmd = spec->ready_cmd;
+  if (spec->allow_setuid) cfg.allow_setuid = *spec->allow_setuid;
   std::string layer = Hex(base->first);  // the filesystem so far
   std::string key = first->from.kind == tmpl::FromRef::Kind::kScratch ? "scratch" : base->first;
   for (int k = 0; k < b.steps; ++k) {

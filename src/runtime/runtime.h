@@ -33,6 +33,9 @@ struct InstanceSpec {
   std::string hostname;
   Limits limits;
   bool network = false;                  // false: a private netns with loopback only
+  // The template allows setuid programs (LABEL space.allow-setuid): its processes run
+  // without no_new_privs, so sudo works (docs/security.md). Off by default.
+  bool allow_setuid = false;
   // With network: the namespace to join (made by net/, with the sandbox's veth) and the
   // sandbox's /etc/resolv.conf.
   std::string netns_path;

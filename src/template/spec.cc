@@ -517,10 +517,10 @@ class Parser {
     std::string key = Upper(kw);
     int line = l.line;
 
-    static const std::set<std::string> kIgnored = {"ENTRYPOINT", "EXPOSE",     "LABEL",
-                                                   "MAINTAINER", "VOLUME",     "STOPSIGNAL"};
+    static const std::set<std::string> kIgnored = {"ENTRYPOINT", "EXPOSE", "MAINTAINER",
+                                                   "VOLUME", "STOPSIGNAL"};
     static const std::set<std::string> kKnown = {"FROM", "RUN", "COPY", "ENV",        "WORKDIR",
-                                                 "USER", "ARG", "CMD",  "HEALTHCHECK"};
+                                                 "USER", "ARG", "CMD",  "HEALTHCHECK", "LABEL"};
     if (key == "ADD") return LineFail(line, "ADD is not supported; use COPY");
     if (key == "ONBUILD" || key == "SHELL") return LineFail(line, key + " is not supported");
     bool ignored = kIgnored.count(key) > 0;
@@ -538,6 +538,7 @@ class Parser {
       return Ok();
     }
     if (args.empty()) return LineFail(line, key + " needs an argument");
+    if (key == "LABEL") return Label(line, args);
     if (key == "CMD") return Cmd(line, args, &spec_.start_cmd);
     if (key == "HEALTHCHECK") return Healthcheck(line, args);
     Step step;
@@ -774,6 +775,30 @@ class Parser {
     std::string abs = ResolveAgainst(workdir_, dest);
     if (dir && abs != "/") abs += '/';
     step->args.push_back(abs);
+    return Ok();
+  }
+
+  // LABEL k=v ...: templates keep no image metadata, so labels are ignored with a warning,
+  // but for SPACE's own: space.allow-setuid=true|false (Spec::allow_setuid).
+  Status Label(int line, std::string_view args) {
+    auto words = MakeLexer(args, line).Words();
+    if (!words) return tl::unexpected(words.error());
+    for (const auto& w : *words) {
+      size_t eq = w.find('=');
+      if (eq == std::string::npos || eq == 0)
+        return LineFail(line, "LABEL " + Quote(w) + ": want key=value");
+      const std::string key = w.substr(0, eq), value = w.substr(eq + 1);
+      if (key == kLabelAllowSetuid) {
+        if (value != "true" && value != "false")
+          return LineFail(line, std::string(kLabelAllowSetuid) + " must be true or false, not " + Quote(value));
+        spec_.allow_setuid = value == "true";
+      } else if (StartsWith(key, "space.")) {
+        return LineFail(line, "unknown SPACE label " + Quote(key) + " (known: " + kLabelAllowSetuid + ")");
+      } else {
+        spec_.warnings.push_back("line " + std::to_string(line) + ": LABEL " + key +
+                                 " is ignored (templates carry no image metadata)");
+      }
+    }
     return Ok();
   }
 

@@ -161,7 +161,24 @@ TEST(SpecIgnoredTest, WarnsWithLineNumbers) {
   EXPECT_EQ(s.start_cmd, (std::vector<std::string>{"sh"}));
   EXPECT_TRUE(HasWarning(s, "line 3: ENTRYPOINT is ignored"));
   EXPECT_TRUE(HasWarning(s, "line 4: EXPOSE is ignored"));
-  EXPECT_TRUE(HasWarning(s, "line 5: LABEL is ignored"));
+  EXPECT_TRUE(HasWarning(s, "line 5: LABEL a is ignored"));
+  EXPECT_FALSE(s.allow_setuid.has_value());
+}
+
+TEST(SpecLabelTest, AllowSetuidIsSpacesOwnLabel) {
+  Spec on = MustParse("FROM a\nLABEL maintainer=\"x y\" space.allow-setuid=true\n");
+  ASSERT_TRUE(on.allow_setuid.has_value());
+  EXPECT_TRUE(*on.allow_setuid);
+  EXPECT_TRUE(HasWarning(on, "line 2: LABEL maintainer is ignored"));
+  Spec off = MustParse("FROM a\nLABEL space.allow-setuid=true\nLABEL space.allow-setuid=false\n");
+  ASSERT_TRUE(off.allow_setuid.has_value());
+  EXPECT_FALSE(*off.allow_setuid);  // the last one wins
+  ExpectError("FROM a\nLABEL space.allow-setuid=yes\n", "line 2: ", "must be true or false");
+  ExpectError("FROM a\nLABEL space.allow-setuid\n", "line 2: ", "want key=value");
+  ExpectError("FROM a\nLABEL =x\n", "line 2: ", "want key=value");
+  ExpectError("FROM a\nLABEL space.privileged=true\n", "line 2: ", "unknown SPACE label");
+  ExpectError("FROM a\nLABEL\n", "line 2: ", "needs an argument");
+  ExpectError("LABEL space.allow-setuid=true\nFROM a\n", "line 1: ", "before FROM");
 }
 
 TEST(SpecStartTest, CmdAndHealthcheck) {

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,7 +42,11 @@ namespace space::tmpl {
 //                             last CMD wins)
 //   HEALTHCHECK [--opt=v...] CMD command | HEALTHCHECK NONE   the start command's readiness
 //                             check (Spec::ready_cmd); options are ignored with a warning
-//   ENTRYPOINT EXPOSE LABEL MAINTAINER VOLUME STOPSIGNAL   ignored, with a warning
+//   LABEL space.allow-setuid=true|false   processes of the template's sandboxes may gain
+//                             privileges through setuid programs such as sudo (no
+//                             no_new_privs; docs/security.md); other labels are ignored with
+//                             a warning, other `space.` labels refused
+//   ENTRYPOINT EXPOSE MAINTAINER VOLUME STOPSIGNAL   ignored, with a warning
 //                             (templates have no entry point or metadata)
 // Variable expansion: `$V`, `${V}`, `${V:-word}`, `${V-word}`, `${V:+word}`, `${V+word}`,
 // `${V:?message}`; `\$` is a literal dollar; nothing is expanded inside single quotes. A name
@@ -100,8 +105,13 @@ struct Spec {
   std::vector<Step> steps;
   // CMD and HEALTHCHECK CMD as argv (shell form: {"/bin/sh", "-c", command}); empty if none.
   std::vector<std::string> start_cmd, ready_cmd;
+  // LABEL space.allow-setuid=true|false: whether the template's processes may gain
+  // privileges through setuid programs (sudo), i.e. run without no_new_privs; unset: as
+  // the base template has it (off for SPACE's own).
+  std::optional<bool> allow_setuid;
   std::vector<std::string> warnings;  // each "line N: ..."
 };
+inline constexpr char kLabelAllowSetuid[] = "space.allow-setuid";
 
 struct ParseOptions {
   // The base template's environment (its config's Env), consulted when a spec refers to a

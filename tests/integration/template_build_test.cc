@@ -375,6 +375,40 @@ TEST_F(TemplateBuildTest, TagsThroughTheApiAndCli) {
   EXPECT_TRUE(c().DeleteSandboxAndWait(id2, 30s));
 }
 
+// LABEL space.allow-setuid: the template's sandboxes run without no_new_privs (so setuid
+// programs such as sudo work), inherited by templates built FROM it unless they say false;
+// every other template keeps it. Build sandboxes of such a template run RUN steps alike.
+TEST_F(TemplateBuildTest, AllowSetuidLabel) {
+  auto nnp_of = [&](const std::string& tmpl) -> std::string {
+    std::string id = CreateSandbox(c(), {{"template", tmpl}});
+    if (id.empty()) return "no sandbox";
+    auto r = c().Run(id, std::vector<std::string>{"grep", "NoNewPrivs", "/proc/self/status"});
+    (void)c().DeleteSandboxAndWait(id, 30s);
+    return r ? r->out : r.error().message;
+  };
+  auto [st, op] = Build({{"name", "suid"}, {"tag", "on"},
+                         {"spec", "FROM base\nLABEL space.allow-setuid=true\n"
+                                  "RUN grep NoNewPrivs /proc/self/status > /built-with\n"}});
+  ASSERT_EQ(st, 201) << op.dump();
+  auto [st2, op2] = Build({{"name", "suid"}, {"tag", "child"}, {"spec", "FROM suid:on\nENV X=1\n"}});
+  ASSERT_EQ(st2, 201) << op2.dump();
+  auto [st3, op3] = Build({{"name", "suid"}, {"tag", "off"},
+                           {"spec", "FROM suid:on\nLABEL space.allow-setuid=false\n"}});
+  ASSERT_EQ(st3, 201) << op3.dump();
+  EXPECT_EQ(nnp_of("suid:on"), "NoNewPrivs:\t0\n");
+  EXPECT_EQ(nnp_of("suid:child"), "NoNewPrivs:\t0\n");
+  EXPECT_EQ(nnp_of("suid:off"), "NoNewPrivs:\t1\n");
+  EXPECT_EQ(nnp_of("base:latest"), "NoNewPrivs:\t1\n");
+  std::string id = CreateSandbox(c(), {{"template", "suid:on"}});
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(Cat(id, "/built-with"), "NoNewPrivs:\t0\n");
+  EXPECT_TRUE(c().DeleteSandboxAndWait(id, 30s));
+  // A bad value is refused with its line, and nothing is built.
+  auto [bad, why] = Build({{"name", "suid"}, {"tag", "bad"}, {"spec", "FROM base\nLABEL space.allow-setuid=1\n"}});
+  EXPECT_EQ(bad, 400) << why.dump();
+  EXPECT_NE(why.dump().find("line 2"), std::string::npos) << why.dump();
+}
+
 TEST_F(TemplateBuildTest, ImportsOciArchive) {
   // A one-layer OCI image layout, made with the system's tar and sha256sum.
   auto tmp = sys::TempDir::Create("/tmp", "tb-oci-");

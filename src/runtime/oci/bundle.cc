@@ -231,7 +231,7 @@ Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
         {"permitted", caps},
         {"inheritable", Json::array()},
         {"ambient", Json::array()}}},
-      {"noNewPrivileges", true},
+      {"noNewPrivileges", !spec.allow_setuid},
   };
   if (spec.limits.nofile > 0) {
     process["rlimits"] = {

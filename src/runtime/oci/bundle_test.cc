@@ -67,6 +67,18 @@ TEST(BundleTest, KeepsAGivenPath) {
   EXPECT_EQ(cfg["hostname"], "box");
 }
 
+// A template with LABEL space.allow-setuid: no no_new_privs (sudo works), and nothing else
+// loosened — the same capabilities and seccomp filter.
+TEST(BundleTest, AllowSetuidLiftsOnlyNoNewPrivileges) {
+  InstanceSpec s = Spec();
+  s.allow_setuid = true;
+  Json loose = BuildOciConfig(s, Params());
+  Json strict = BuildOciConfig(Spec(), Params());
+  EXPECT_EQ(loose["process"]["noNewPrivileges"], false);
+  loose["process"]["noNewPrivileges"] = true;
+  EXPECT_EQ(loose, strict);
+}
+
 TEST(BundleTest, Hardening) {
   Json cfg = BuildOciConfig(Spec(), Params());
   EXPECT_EQ(cfg["process"]["noNewPrivileges"], true);

@@ -204,6 +204,12 @@ def test_files_written_through_envd_belong_to_the_sandbox_user():
     with pytest.raises(Exception):
         sbx.files.write("/tmp/nobody.txt", "x", user="no-such-user-here")
     assert sbx.files.exists("/tmp/nobody.txt") is False
+    # Passwordless sudo, as on E2B's base (its template allows setuid programs).
+    assert sbx.commands.run("id -u").stdout == "1000\n"
+    assert sbx.commands.run("sudo id -u").stdout == "0\n"
+    assert sbx.commands.run("sudo -u user id -un").stdout == "user\n"
+    sbx.commands.run("sudo touch /etc/by-sudo")
+    assert sbx.files.get_info("/etc/by-sudo").owner == "root"
 
 
 def test_file_metadata_signed_urls_symlinks_and_watch_entries_as_envd():
