@@ -23,8 +23,8 @@ struct TlsFlags {
 [[nodiscard]] Status ValidateTlsFlags(const TlsFlags& f);
 
 // The names a self-signed certificate covers: localhost, 127.0.0.1 and ::1, the listen
-// address unless it is a wildcard (0.0.0.0, ::), this host's name, the sandbox domain and
-// *.{sandbox domain}.
+// address unless it is a wildcard (0.0.0.0, ::), this host's name, the sandbox domain and,
+// when that has two labels or more, *.{sandbox domain}.
 std::vector<std::string> SelfSignedNames(const std::string& listen_address,
                                          const std::string& sandbox_domain);
 

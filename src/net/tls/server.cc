@@ -231,6 +231,10 @@ Result<std::shared_ptr<ServerTls>> ServerTls::SelfSigned(const std::string& dir,
     std::string base = StartsWith(dns, "*.") ? dns.substr(2) : dns;
     if (!ValidDnsName(base))
       return Fail(Errc::kInvalidArgument, "TLS certificate name \"" + n + "\" is neither a DNS name nor an IP address");
+    // Clients match no name against "*.tld", and rustls (pyqwest, the E2B Python SDK's
+    // transport) refuses the whole certificate that carries one.
+    if (base.size() < dns.size() && base.find('.') == std::string::npos)
+      return Fail(Errc::kInvalidArgument, "TLS certificate name \"" + n + "\": a wildcard needs two labels after it");
     if (std::find(sans.begin(), sans.end(), "DNS:" + dns) == sans.end()) sans.push_back("DNS:" + dns);
     if (std::find(bases.begin(), bases.end(), base) == bases.end()) bases.push_back(base);
   }

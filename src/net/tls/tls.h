@@ -168,7 +168,8 @@ class ServerTls {
   // spaced --tls-self-signed. In `dir` (made 0700): a CA made once and kept (ca.pem; its key
   // ca.key, 0600), whose name constraints permit only the DNS names of `names` ("*.d" permits
   // d); and a server certificate it signs (server.pem: the leaf, then the CA; server.key, 0600)
-  // for every entry of `names` (DNS names, "*.domain", IPv4 or IPv6 literals), made again when
+  // for every entry of `names` (DNS names, "*.domain" with two labels or more, IPv4 or IPv6
+  // literals), made again when
   // it lacks one of them or has less than 30 days left. A CA whose constraints do not cover the
   // names, or with less than 30 days left, is replaced (made_ca(): clients must trust the new
   // ca.pem). A connection whose SNI is one label under `mint_under` (a port URL's host,
