@@ -26,6 +26,7 @@ constexpr auto kHandshakeTimeout = 10s;
 constexpr auto kCloseTimeout = 2s;       // close_notify both ways, as Serve lingers on plain ones
 constexpr size_t kDownBuffer = 16 << 10; // one TLS record
 constexpr size_t kUpBuffer = 64 << 10;
+constexpr size_t kMaxDrain = 64 << 20;     // what a lingering close reads at most
 constexpr unsigned char kTlsHandshakeRecord = 0x16;
 
 // One TLS connection. Shared by its two pumps and the deadline timer's handler.
@@ -186,11 +187,24 @@ Awaitable<void> TlsFront::Serve(tcp::socket socket, Conn conn, ServeFn serve) {
   while (!s->reader_done) co_await s->join.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
   s->pair.close(ignored);
   if (served) {
+    // close_notify goes out at once (the end of a body that ends with the connection);
+    // then OpenSSL waits for the client's, dropping what else it sends.
     Arm(s, kCloseTimeout);
     co_await s->tls.async_shutdown(asio::redirect_error(asio::use_awaitable, ignored));
     Disarm(*s);
+    // Lingering close, as Serve's for plain clients: closing with the client's bytes
+    // unread (the rest of a body refused with 413) sends a reset, and a client still
+    // sending then loses the answer. Read and drop them, for a moment and a bounded amount.
+    raw.shutdown(tcp::socket::shutdown_send, ignored);
+    Arm(s, kCloseTimeout);
+    std::vector<char> drop(kUpBuffer);
+    for (size_t drained = 0; drained < kMaxDrain;) {
+      beast::error_code ec;
+      drained += co_await raw.async_read_some(asio::buffer(drop), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) break;
+    }
+    Disarm(*s);
   }
-  raw.shutdown(tcp::socket::shutdown_both, ignored);
   raw.close(ignored);
 }
 
