@@ -1,11 +1,15 @@
 // Drives the unmodified E2B JavaScript SDK (package-lock.json pins it) against a real
 // spaced. Configured only by the environment, as an E2B user would:
 //   E2B_API_URL=http://127.0.0.1:PORT E2B_SANDBOX_URL=http://127.0.0.1:PORT E2B_API_KEY=<key>
-// plus SPACE_MAX_FILE_BYTES (spaced's --max-file-bytes) for the oversize-upload check.
+// (or https:// with NODE_EXTRA_CA_CERTS naming spaced's CA, docs/tls.md), plus
+// SPACE_MAX_FILE_BYTES (spaced's --max-file-bytes) for the oversize-upload check and
+// SPACE_TLS_CA (that CA) when spaced serves TLS.
 // Run: node --test e2b.test.mjs   (tests/e2b/run_e2b_test.cc does it under ctest)
 import assert from 'node:assert/strict'
+import dns from 'node:dns/promises'
 import fs from 'node:fs'
 import http from 'node:http'
+import https from 'node:https'
 import os from 'node:os'
 import path from 'node:path'
 import { after, before, describe, test } from 'node:test'
@@ -224,10 +228,11 @@ describe('sandbox', () => {
     await sbx.files.write('/tmp/e2b/gz-big.dat', big, { gzip: true })
     assert.deepEqual(await sbx.files.read('/tmp/e2b/gz-big.dat', { format: 'bytes', gzip: true }), big)
     assert.equal((await sbx.commands.run('wc -c < /tmp/e2b/gz-big.dat')).stdout.trim(), String(big.length))
-    // On the wire: the download really is gzip (fetch would hide it, so node:http).
+    // On the wire: the download really is gzip (fetch would hide it, so node:http, or
+    // node:https when the suite talks to spaced over TLS).
     const wire = await new Promise((resolve, reject) => {
       const u = new URL(`/files?path=${encodeURIComponent('/tmp/e2b/gz-big.dat')}`, process.env.E2B_SANDBOX_URL)
-      http
+      ;(u.protocol === 'https:' ? https : http)
         .get(u, { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': sbx.envdAccessToken, 'Accept-Encoding': 'gzip' } }, (res) => {
           const parts = []
           res.on('data', (d) => parts.push(d))
@@ -699,6 +704,33 @@ describe('ports', () => {
     assert.equal(r.status, 200, r.body)
     assert.equal(r.body.trim(), 'host=custom-host.example.com:3002')
     await assert.rejects(create({ network: { maskRequestHost: 'bad host' } }), /mask_request_host/)
+  })
+
+  // The SDK's port URLs are `https://${getHost(port)}` (E2B's own suites build them so):
+  // spaced serves TLS on its own port (docs/tls.md). e2b_sdk_test starts it with
+  // --tls-self-signed and hands node its CA (NODE_EXTRA_CA_CERTS, and SPACE_TLS_CA to say so).
+  test('getHost over https: the URL the SDK builds reaches the port', { skip: process.env.SPACE_TLS_CA ? false : 'spaced serves no TLS here (SPACE_TLS_CA is unset)' }, async () => {
+    const sbx = await create({ network: { allowPublicTraffic: false } })
+    const host = sbx.getHost(3003)
+    const name = host.replace(/:\d+$/, '')
+    // *.localhost must resolve to loopback as browsers resolve it; a resolver that does not
+    // (Debian without libnss-myhostname) is a broken set-up, not a reason to skip.
+    await dns.lookup(name).catch((e) =>
+      assert.fail(`${name} does not resolve (${e.code}): *.localhost must resolve to loopback; on Debian install libnss-myhostname (scripts/install-deps.sh)`))
+    await sbx.commands.run('mkdir -p /w && echo port-ok-tls > /w/hostname && busybox httpd -p 3003 -h /w')
+    const headers = { 'e2b-traffic-access-token': sbx.trafficAccessToken }
+    let r
+    for (let i = 0; i < 50; i++) {
+      r = await fetch(`https://${host}/hostname`, { headers })
+      if (r.status === 200) break
+      await r.arrayBuffer()
+      await new Promise((res) => setTimeout(res, 50))
+    }
+    assert.equal(r.status, 200)
+    assert.equal(await r.text(), 'port-ok-tls\n')
+    const refused = await fetch(`https://${host}/hostname`)
+    assert.equal(refused.status, 401)
+    await refused.arrayBuffer()
   })
 
   test('public by default, as on E2B', async () => {
