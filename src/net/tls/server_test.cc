@@ -13,27 +13,17 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "net/tls/internal.h"
 #include "net/tls/tls.h"
+#include "sys/sys.h"
 
 namespace space::net::tls {
 namespace {
 
-std::string ReadFile(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-void WriteFile(const std::string& p, std::string_view data) {
-  std::ofstream f(p, std::ios::trunc);
-  f << data;
-}
+std::string ReadFile(const std::string& p) { return sys::ReadFile(p).value_or(""); }
+void WriteFile(const std::string& p, std::string_view data) { ASSERT_TRUE(sys::WriteFileAtomic(p, data)); }
 
 int Shell(const std::string& cmd) {
   int st = std::system((cmd + " >/dev/null 2>&1").c_str());
