@@ -162,8 +162,10 @@ void RewriteRequest(Ctx& ctx, http::request<http::buffer_body>& req, const std::
   req.erase(http::field::expect);  // answered here (see Relay)
   req.erase(http::field::keep_alive);
   req.erase("Proxy-Connection");
-  std::string xff(req["X-Forwarded-For"]);
-  req.set("X-Forwarded-For", (xff.empty() ? "" : xff + ", ") + ctx.conn.remote.address().to_string());
+  if (ctx.conn.remote.port() != 0) {  // 0: the client was gone before it could be asked
+    std::string xff(req["X-Forwarded-For"]);
+    req.set("X-Forwarded-For", (xff.empty() ? "" : xff + ", ") + ctx.conn.remote.address().to_string());
+  }
   if (req.find("X-Forwarded-Host") == req.end())
     req.set("X-Forwarded-Host", std::string(req[http::field::host]));
   // Over TLS spaced knows the scheme itself; a plain request may come from a hop that

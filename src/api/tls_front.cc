@@ -188,7 +188,7 @@ Awaitable<void> TlsFront::Serve(tcp::socket socket, Conn conn, ServeFn serve) {
   s->pair.close(ignored);
   if (served) {
     // close_notify goes out at once (the end of a body that ends with the connection);
-    // then OpenSSL waits for the client's, dropping what else it sends.
+    // then Asio reads until the client's own close_notify, an error, or the deadline.
     Arm(s, kCloseTimeout);
     co_await s->tls.async_shutdown(asio::redirect_error(asio::use_awaitable, ignored));
     Disarm(*s);

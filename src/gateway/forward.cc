@@ -88,8 +88,10 @@ http::request<http::string_body> Outgoing(const Ctx& ctx, std::string body) {
       continue;
     r.insert(f.name_string(), f.value());
   }
-  std::string xff(r["X-Forwarded-For"]);
-  r.set("X-Forwarded-For", (xff.empty() ? "" : xff + ", ") + ctx.conn.remote.address().to_string());
+  if (ctx.conn.remote.port() != 0) {
+    std::string xff(r["X-Forwarded-For"]);
+    r.set("X-Forwarded-For", (xff.empty() ? "" : xff + ", ") + ctx.conn.remote.address().to_string());
+  }
   r.body() = std::move(body);
   r.keep_alive(false);
   r.prepare_payload();
