@@ -1,5 +1,5 @@
-// Runs tests/e2b/e2b.test.mjs — the unmodified E2B JavaScript SDK, pinned by
-// package-lock.json — against a real spaced: installs the SDK with `npm ci` (once per
+// Runs tests/e2b/e2b.test.mjs and e2b_platform.test.mjs — the unmodified E2B JavaScript SDK,
+// pinned by package-lock.json — against a real spaced: installs the SDK with `npm ci` (once per
 // lock file, in the build tree), starts spaced, and hands node nothing but the E2B
 // environment variables an E2B user would set. E2bCodeInterpreterSdkTest does the same
 // with tests/e2b/code-interpreter (the unmodified @e2b/code-interpreter) once spaced has
@@ -25,7 +25,8 @@ std::string InstallSdk(std::string* node, std::string* work, std::vector<std::st
   *work = BinDir() + "/../e2b-sdk";
   std::string why;
   auto installed = InstallNpmSuite(npm, std::string(SPACE_SOURCE_DIR) + "/tests/e2b", *work,
-                                   {"package.json", "package-lock.json", "e2b.test.mjs"},
+                                   {"package.json", "package-lock.json", "suite.mjs", "e2b.test.mjs",
+                                    "e2b_platform.test.mjs"},
                                    "e2b/package.json", *base_env, &why);
   if (installed == NpmSuite::kOffline) return "npm ci cannot reach the registry (offline?):\n" + why;
   EXPECT_EQ(installed, NpmSuite::kReady) << "npm ci failed:\n" << why;
@@ -41,7 +42,7 @@ std::string E2bKey(Daemon& d) {
   return k ? JsonStringOr(*k, "key", "") : "";
 }
 
-// Runs e2b.test.mjs (the tests matching `pattern`, all if empty) against `d`, driving the
+// Runs the suite's files (the tests matching `pattern`, all if empty) against `d`, driving the
 // SDK release `package` (package.json: `e2b`, or an npm alias of an older release). When `d`
 // serves TLS (--tls-self-signed), node trusts its CA (docs/tls.md), and with `https` the SDK
 // talks to spaced over it: every call, stream and upload of the suite then crosses TLS.
@@ -66,7 +67,7 @@ void RunSuite(Daemon& d, const std::string& node, const std::string& work, std::
   sys::SpawnOptions o;
   o.argv = {node, "--test", "--test-reporter=spec", "--test-concurrency=1"};
   if (!pattern.empty()) o.argv.push_back("--test-name-pattern=" + pattern);
-  o.argv.push_back("e2b.test.mjs");
+  o.argv.insert(o.argv.end(), {"e2b.test.mjs", "e2b_platform.test.mjs"});
   o.cwd = work;
   o.env = env;
   auto r = sys::Run(o, 12 * 60 * 1000);
