@@ -18,22 +18,11 @@
 #include <string>
 #include <vector>
 
+#include "bench/dial.h"
+
 namespace {
 
-int Dial(const char* ip, int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, ip, &a.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    std::perror("connect");
-    std::exit(1);
-  }
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
+using space::bench::Dial;
 
 // Reads one response (head + Content-Length body, or until EOF); returns its status.
 int ReadResponse(int fd, bool* closed) {

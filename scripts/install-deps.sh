@@ -19,6 +19,7 @@ PKGS=(
   debootstrap
   etcd-server
   python3-ipykernel python3-jupyter-client python3-matplotlib python3-pytest node-acorn
+  libnss-myhostname
 )
 # zstd: template_build_test lists a template archive with `tar --zstd`.
 # chromium: the web console's browser tests (console_e2e_test) drive Debian's build with
@@ -30,6 +31,9 @@ PKGS=(
 # debootstrap: spaced makes the debian:bookworm built-in template with it (templates/,
 # docs/templates.md), the base of python and code-interpreter.
 # etcd-server: the cluster's shared state (src/cluster, etcd_test; docs/cluster.md).
+# libnss-myhostname: resolves every *.localhost name to loopback (its postinst adds
+# `myhostname` to the hosts line of /etc/nsswitch.conf), as browsers do by themselves: the E2B
+# SDK suites reach port URLs by the names the SDK builds (`https://${getHost(port)}`).
 # runsc: gVisor, for the shipped gvisor runtime plugin (plugins/runtime/gvisor).
 # python3-venv: the Python SDK tests make a venv with /usr/bin/python3 (tests/python/venv.sh).
 # npm (the E2B SDK compatibility tests install the pinned SDK with `npm ci`): Debian's

@@ -17,6 +17,10 @@
 #include "common/common.h"
 #include "core/core.h"
 
+namespace space::net::tls {
+class ServerTls;  // net/tls/tls.h
+}
+
 namespace space::api {
 
 class SessionBacking;  // api/console_sessions.h
@@ -46,7 +50,13 @@ struct ServerOptions {
   // The web console (docs/console.md): its files by path under /ui ("/index.html" ->
   // bytes), as the daemon loaded them at start; empty = no console (/ui/ says so).
   std::map<std::string, std::string> console_assets;
-  bool console_secure_cookies = false;  // cookies marked Secure (spaced behind a TLS proxy)
+  // HTTPS on the same port (docs/tls.md): with a certificate, connections that open with a
+  // TLS handshake are served over TLS, the rest as plain HTTP; URLs spaced hands out
+  // (`space url`, POST /v1/sandboxes/{id}/urls) say https. Null: plain HTTP only.
+  std::shared_ptr<const net::tls::ServerTls> tls;
+  // Console cookies marked Secure on every connection (spaced behind a TLS proxy); they are
+  // on TLS connections anyway.
+  bool console_secure_cookies = false;
   // Where console sessions live besides this server's memory: a cluster's shared state,
   // so any node honours a login made through another (api/console_sessions.h).
   std::shared_ptr<SessionBacking> console_session_backing;

@@ -45,6 +45,14 @@ inline constexpr char kSandboxIdHeader[] = "X-Space-Sandbox-Id";
 class HttpMetrics;      // api/metrics.h
 class ConsoleSessions;  // api/console_sessions.h
 
+// The client's connection as spaced accepted it. Over TLS a handler's stream is the plaintext
+// end of a socketpair (api/tls_front.h), not the client's socket: ask this for addresses.
+struct Conn {
+  tcp::endpoint remote;  // the client
+  tcp::endpoint local;   // the address and port of spaced it reached
+  bool tls = false;      // it came over TLS (spaced --tls-cert / --tls-self-signed)
+};
+
 struct Ctx {
   core::Platform* platform;
   asio::thread_pool* pool;
@@ -52,6 +60,7 @@ struct Ctx {
   beast::tcp_stream* stream;
   beast::flat_buffer* buffer;
   http::request_parser<http::empty_body>* parser;   // header already read
+  Conn conn;
   std::string method;
   std::string path;                                 // without the query
   std::vector<std::string> segments;                // path split on '/'

@@ -162,15 +162,19 @@ void RewriteRequest(Ctx& ctx, http::request<http::buffer_body>& req, const std::
   req.erase(http::field::expect);  // answered here (see Relay)
   req.erase(http::field::keep_alive);
   req.erase("Proxy-Connection");
-  beast::error_code ec;
-  auto remote = ctx.stream->socket().remote_endpoint(ec);
-  if (!ec) {
+  if (ctx.conn.remote.port() != 0) {  // 0: the client was gone before it could be asked
     std::string xff(req["X-Forwarded-For"]);
-    req.set("X-Forwarded-For", (xff.empty() ? "" : xff + ", ") + remote.address().to_string());
+    req.set("X-Forwarded-For", (xff.empty() ? "" : xff + ", ") + ctx.conn.remote.address().to_string());
   }
   if (req.find("X-Forwarded-Host") == req.end())
     req.set("X-Forwarded-Host", std::string(req[http::field::host]));
-  if (req.find("X-Forwarded-Proto") == req.end()) req.set("X-Forwarded-Proto", "http");
+  // Over TLS spaced knows the scheme itself; a plain request may come from a hop that
+  // terminated TLS (a gateway, a proxy) and said so.
+  if (ctx.conn.tls) {
+    req.set("X-Forwarded-Proto", "https");
+  } else if (req.find("X-Forwarded-Proto") == req.end()) {
+    req.set("X-Forwarded-Proto", "http");
+  }
   bool upgrade = req.find(http::field::upgrade) != req.end();
   if (upgrade) {
     req.set(http::field::connection, "Upgrade");

@@ -43,12 +43,13 @@ bool WantsJson(const Ctx& ctx) {
          ctx.Header(http::field::content_type).find("application/json") != std::string::npos;
 }
 
-std::string SessionCookie(const ServerOptions& o, std::string_view name, const std::string& value,
+// Secure over TLS, and always behind a TLS proxy (--behind-tls-proxy).
+std::string SessionCookie(const Ctx& ctx, std::string_view name, const std::string& value,
                           int64_t max_age, bool http_only) {
   std::string c = std::string(name) + "=" + value + "; Path=/; SameSite=Strict; Max-Age=" +
                   std::to_string(max_age);
   if (http_only) c += "; HttpOnly";
-  if (o.console_secure_cookies) c += "; Secure";
+  if (ctx.opts->console_secure_cookies || ctx.conn.tls) c += "; Secure";
   return c;
 }
 
@@ -133,8 +134,8 @@ Awaitable<bool> RouteConsole(Ctx& ctx) {
     }
     ConsoleSession session = std::move(*made);
     std::vector<std::pair<std::string, std::string>> headers = {
-        {"Set-Cookie", SessionCookie(*ctx.opts, kSessionCookie, session.id, sessions->max_age_s(), true)}};
-    headers.emplace_back("Set-Cookie", SessionCookie(*ctx.opts, kCsrfCookie, session.csrf, sessions->max_age_s(), false));
+        {"Set-Cookie", SessionCookie(ctx, kSessionCookie, session.id, sessions->max_age_s(), true)}};
+    headers.emplace_back("Set-Cookie", SessionCookie(ctx, kCsrfCookie, session.csrf, sessions->max_age_s(), false));
     if (json) {
       Json body = {{"key_name", session.key_name}, {"csrf", session.csrf}};
       co_await ctx.Reply(200, body, headers);
@@ -161,8 +162,8 @@ Awaitable<bool> RouteConsole(Ctx& ctx) {
       sessions->Remove(session->id);
     }
     std::vector<std::pair<std::string, std::string>> headers = {
-        {"Set-Cookie", SessionCookie(*ctx.opts, kSessionCookie, "", 0, true)},
-        {"Set-Cookie", SessionCookie(*ctx.opts, kCsrfCookie, "", 0, false)}};
+        {"Set-Cookie", SessionCookie(ctx, kSessionCookie, "", 0, true)},
+        {"Set-Cookie", SessionCookie(ctx, kCsrfCookie, "", 0, false)}};
     if (json) {
       Json body = {{"logged_out", true}};
       co_await ctx.Reply(200, body, headers);

@@ -93,9 +93,8 @@ std::string Credential(const Ctx& ctx) {
 
 // spaced's own API, as reached from here: the address this request came in on.
 std::string SelfUrl(const Ctx& ctx) {
-  beast::error_code ec;
-  auto ep = ctx.stream->socket().local_endpoint(ec);
-  if (ec) return "http://127.0.0.1:" + std::to_string(ctx.opts->port);
+  // Plain HTTP, which spaced serves on the same port beside TLS.
+  const auto& ep = ctx.conn.local;
   auto addr = ep.address();
   if (addr.is_unspecified()) addr = asio::ip::make_address("127.0.0.1");
   std::string host = addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string();

@@ -309,8 +309,10 @@ bool BrowserNavigation(const Ctx& ctx) {
   return ctx.Header(http::field::accept).find("text/html") != std::string::npos;
 }
 
-std::string TrafficCookie(const std::string& token, int64_t expires_s) {
+// The traffic cookie (Secure when it is set over TLS: a browser then never sends it in clear).
+std::string TrafficCookie(const Ctx& ctx, const std::string& token, int64_t expires_s) {
   std::string c = std::string(net::kTrafficCookie) + "=" + token + "; Path=/; HttpOnly; SameSite=Lax";
+  if (ctx.conn.tls) c += "; Secure";
   if (expires_s > 0) {
     int64_t left = std::max<int64_t>(1, expires_s - NowUnixMillis() / 1000);
     c += "; Max-Age=" + std::to_string(left);
@@ -352,7 +354,7 @@ Awaitable<void> ProxyPortTraffic(Ctx& ctx, const std::string& id, int port, Form
     }
     if (cred.from == Credential::From::kQuery) {
       auto c = ctx.opts->signing_keys->VerifyTraffic(cred.token, NowUnixMillis() / 1000);
-      headers.emplace_back("Set-Cookie", TrafficCookie(cred.token, c ? c->expires_s : 0));
+      headers.emplace_back("Set-Cookie", TrafficCookie(ctx, cred.token, c ? c->expires_s : 0));
       if (BrowserNavigation(ctx)) {
         // The token leaves the address bar (and history, and Referer): the cookie carries it.
         headers.emplace_back("Location", target);
@@ -449,11 +451,12 @@ Awaitable<bool> RoutePorts(Ctx& ctx) {
     tc.expires_s = exp;
     std::string token = ctx.opts->signing_keys->MintTraffic(tc);
     const bool pub = core::Platform::StoredPolicy(*rec).public_traffic;
-    // The port this request reached spaced on is the one the URL's client will use too.
-    beast::error_code lec;
-    int listen_port = ctx.stream->socket().local_endpoint(lec).port();
-    std::string host = net::PortHostName(port, rec->id, ctx.opts->sandbox_domain, listen_port);
-    std::string url = "http://" + host + "/";
+    // The port this request reached spaced on is the one the URL's client will use too;
+    // https whenever spaced serves TLS (on that same port).
+    const bool https = ctx.opts->tls != nullptr;
+    std::string host = net::PortHostName(port, rec->id, ctx.opts->sandbox_domain,
+                                         ctx.conn.local.port(), https ? 443 : 80);
+    std::string url = (https ? "https://" : "http://") + host + "/";
     if (!pub) url += std::string("?") + net::kTrafficQueryParam + "=" + token;
     Json reply = {{"url", url},
                   {"host", host},

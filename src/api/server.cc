@@ -8,6 +8,7 @@
 #include "api/http.h"
 #include "api/metrics.h"
 #include "api/router.h"
+#include "api/tls_front.h"
 
 namespace space::api {
 
@@ -238,6 +239,7 @@ struct Server::Impl {
   asio::io_context ioc;
   asio::thread_pool pool;
   tcp::acceptor acceptor;
+  std::unique_ptr<TlsFront> tls_front;  // with a certificate: TLS beside plain HTTP
   std::vector<std::thread> threads;
   std::mutex mu;
   std::condition_variable cv;
@@ -249,7 +251,9 @@ struct Server::Impl {
         pool(opts.blocking_threads), acceptor(ioc) {}
 
   Awaitable<void> Accept();
-  Awaitable<void> Serve(tcp::socket socket);
+  // One connection's requests, one after another (keep-alive); `socket` is the client's, or
+  // the plaintext end of its TLS (tls_front.h).
+  Awaitable<void> Serve(tcp::socket socket, Conn conn);
   Awaitable<void> Dispatch(Ctx& ctx);
 };
 
@@ -266,12 +270,20 @@ Awaitable<void> Server::Impl::Accept() {
     // Responses are often written in several small pieces (header, then chunks): without
     // TCP_NODELAY, Nagle plus the client's delayed ACK adds ~40 ms to each.
     socket.set_option(tcp::no_delay(true), ec);
+    Conn conn;
+    conn.remote = socket.remote_endpoint(ec);
+    conn.local = socket.local_endpoint(ec);
     auto ex = socket.get_executor();
-    asio::co_spawn(ex, Serve(std::move(socket)), asio::detached);
+    if (tls_front) {
+      auto serve = [this](tcp::socket s, Conn c) { return Serve(std::move(s), c); };
+      asio::co_spawn(ex, tls_front->Serve(std::move(socket), conn, serve), asio::detached);
+    } else {
+      asio::co_spawn(ex, Serve(std::move(socket), conn), asio::detached);
+    }
   }
 }
 
-Awaitable<void> Server::Impl::Serve(tcp::socket socket) {
+Awaitable<void> Server::Impl::Serve(tcp::socket socket, Conn conn) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   try {
@@ -287,6 +299,7 @@ Awaitable<void> Server::Impl::Serve(tcp::socket socket) {
           ec == beast::error::timeout || ec == asio::error::connection_reset)
         break;
       Ctx ctx{platform, &pool, &opts, &stream, &buffer, &parser};
+      ctx.conn = conn;
       ctx.http_metrics = &http_metrics;
       ctx.sessions = &sessions;
       // Counted once answered (or abandoned: a client gone mid-request counts as status 0).
@@ -378,6 +391,11 @@ Result<std::unique_ptr<Server>> Server::Start(core::Platform* platform, ServerOp
     opts.signing_keys = std::make_shared<const auth::SigningKeys>(auth::SigningKeys::Generate());
   }
   auto impl = std::make_unique<Impl>(platform, std::move(opts));
+  if (impl->opts.tls) {
+    auto front = TlsFront::Create(impl->opts.tls);
+    if (!front) return tl::unexpected(front.error());
+    impl->tls_front = std::move(*front);
+  }
   beast::error_code ec;
   auto addr = asio::ip::make_address(impl->opts.address, ec);
   if (ec) return Fail(Errc::kInvalidArgument, "bad listen address " + impl->opts.address);

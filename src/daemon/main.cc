@@ -15,6 +15,7 @@
 #include "core/core.h"
 #include "daemon/cluster_role.h"
 #include "daemon/datadir_lock.h"
+#include "daemon/tls_setup.h"
 #include "net/net.h"
 #include "runtime/microvm/microvm.h"
 #include "runtime/oci/oci.h"
@@ -216,6 +217,14 @@ int main(int argc, char** argv) {
                "(refused on non-loopback addresses)");
   app.add_flag("--behind-tls-proxy", behind_tls_proxy,
                "a TLS-terminating proxy fronts spaced (silences the plain-HTTP warning)");
+  // HTTPS on the listen port itself, beside plain HTTP (docs/tls.md).
+  daemon::TlsFlags tls_flags;
+  app.add_option("--tls-cert", tls_flags.cert_file,
+                 "serve HTTPS too (same port) with this certificate chain, PEM, the server's own first");
+  app.add_option("--tls-key", tls_flags.key_file, "the private key of --tls-cert, PEM, unencrypted");
+  app.add_flag("--tls-self-signed", tls_flags.self_signed,
+               "serve HTTPS too (same port) with a CA of spaced's own, made once in DATA_DIR/tls "
+               "(clients trust DATA_DIR/tls/ca.pem)");
   app.add_flag("--rotate-token-key", rotate_token_key,
                "add a new token signing key at start-up; older keys still verify");
   app.add_option("--drop-token-key", drop_token_keys,
@@ -287,7 +296,9 @@ int main(int argc, char** argv) {
   int port = std::atoi(listen.c_str() + colon + 1);
   if (port < 0 || port > 65535) return Fatal("--listen", Error{Errc::kInvalidArgument, 0, "bad port"});
   if (address.size() > 2 && address.front() == '[') address = address.substr(1, address.size() - 2);
-  auto policy = auth::CheckListenPolicy(address, no_auth, behind_tls_proxy);
+  if (auto st = daemon::ValidateTlsFlags(tls_flags); !st) return Fatal("TLS", st.error());
+  // With TLS of its own, spaced needs no proxy in front for keys to cross the network safely.
+  auto policy = auth::CheckListenPolicy(address, no_auth, behind_tls_proxy || tls_flags.any());
   if (!policy) return Fatal("--listen", policy.error());
   for (const auto& w : *policy) {
     spdlog::warn("{}", w);
@@ -310,7 +321,13 @@ int main(int argc, char** argv) {
   }
   if (auto st = daemon::ValidateClusterFlags(cluster, listen); !st) return Fatal("cluster", st.error());
   // A gateway keeps no state: no data dir, runtimes or store.
-  if (cluster.role == "gateway") return daemon::RunGateway(cluster, address, port, sandbox_domain, &stop);
+  if (cluster.role == "gateway") {
+    if (tls_flags.any())
+      return Fatal("TLS", Error{Errc::kInvalidArgument, 0,
+                                "--tls-* is not served by a gateway yet: put a TLS-terminating proxy in "
+                                "front of it (docs/tls.md)"});
+    return daemon::RunGateway(cluster, address, port, sandbox_domain, &stop);
+  }
 
   if (auto st = sys::MkdirAll(data_dir, 0711); !st) return Fatal("data dir", st.error());
   auto abs = sys::RealPath(data_dir);
@@ -339,6 +356,10 @@ int main(int argc, char** argv) {
     }
     agent_binary = copy;
   }
+
+  // Before the slow start-up: bad certificate files stop spaced at once.
+  auto tls = daemon::SetupTls(tls_flags, data_dir, address, sandbox_domain);
+  if (!tls) return Fatal("TLS", tls.error());
 
   auto key = LoadOrCreateApiKey(data_dir, api_key_file);
   if (!key) return Fatal("api key", key.error());
@@ -475,6 +496,7 @@ int main(int argc, char** argv) {
   sopts.mcp_allowed_origins = mcp_origins;
   sopts.console_assets = LoadConsoleAssets(sys::SelfExeDir() + "/../share/space/console");
   sopts.console_secure_cookies = behind_tls_proxy;
+  sopts.tls = *tls;
   if (node_role) {
     sopts.not_ready = [role = node_role.get()] { return role->NotReady(); };
     sopts.console_session_backing = node_role->sessions();
@@ -483,6 +505,7 @@ int main(int argc, char** argv) {
   if (!server) return Fatal("listen", server.error());
   std::string host = address.find(':') != std::string::npos ? "[" + address + "]" : address;
   std::string url = "http://" + host + ":" + std::to_string((*server)->port());
+  // Plain HTTP, which the CLI speaks, is served on the port with or without TLS.
   (void)sys::WriteFileAtomic(data_dir + "/url", url + "\n", 0644);
   spdlog::info("spaced listening on {} (data dir {})", url, data_dir);
   const std::string key_path = api_key_file.empty() ? data_dir + "/api-key" : api_key_file;
@@ -494,6 +517,15 @@ int main(int argc, char** argv) {
       "  or:        export SPACE_URL=%s SPACE_API_KEY=$(cat %s)\n",
       url.c_str(), key_path.c_str(), data_dir.c_str(), data_dir.c_str(), url.c_str(),
       key_path.c_str());
+  if (*tls) {
+    std::string https = "https://" + host + ":" + std::to_string((*server)->port());
+    if (!(*tls)->ca_file().empty()) {
+      std::printf("  HTTPS:     %s (same port; trust %s: curl --cacert, NODE_EXTRA_CA_CERTS, SSL_CERT_FILE)\n",
+                  https.c_str(), (*tls)->ca_file().c_str());
+    } else {
+      std::printf("  HTTPS:     %s (same port, --tls-cert %s)\n", https.c_str(), tls_flags.cert_file.c_str());
+    }
+  }
   if (!sopts.console_assets.empty()) {
     std::printf("  Console:   %s/ui/ (log in with the API key above)\n", url.c_str());
   } else {

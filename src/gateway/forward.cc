@@ -88,11 +88,9 @@ http::request<http::string_body> Outgoing(const Ctx& ctx, std::string body) {
       continue;
     r.insert(f.name_string(), f.value());
   }
-  beast::error_code ec;
-  auto remote = ctx.stream->socket().remote_endpoint(ec);
-  if (!ec) {
+  if (ctx.conn.remote.port() != 0) {
     std::string xff(r["X-Forwarded-For"]);
-    r.set("X-Forwarded-For", (xff.empty() ? "" : xff + ", ") + remote.address().to_string());
+    r.set("X-Forwarded-For", (xff.empty() ? "" : xff + ", ") + ctx.conn.remote.address().to_string());
   }
   r.body() = std::move(body);
   r.keep_alive(false);

@@ -130,6 +130,10 @@ Awaitable<void> Gateway::Impl::Accept() {
 }
 
 Awaitable<void> Gateway::Impl::Serve(tcp::socket socket) {
+  api::Conn conn;
+  beast::error_code aec;
+  conn.remote = socket.remote_endpoint(aec);
+  conn.local = socket.local_endpoint(aec);
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   try {
@@ -144,6 +148,7 @@ Awaitable<void> Gateway::Impl::Serve(tcp::socket socket) {
           ec == asio::error::connection_reset)
         break;
       Ctx ctx{nullptr, &pool, &server_opts, &stream, &buffer, &parser};
+      ctx.conn = conn;
       if (ec) {
         http::response<http::string_body> res{http::status::bad_request, 11};
         res.set(http::field::content_type, "application/json");

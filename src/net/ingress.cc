@@ -57,9 +57,9 @@ Result<std::optional<PortHost>> ParsePortHost(std::string_view host, std::string
 }
 
 std::string PortHostName(int port, const std::string& sandbox_id, const std::string& domain,
-                         int listen_port) {
+                         int listen_port, int default_port) {
   std::string h = std::to_string(port) + "-" + sandbox_id + "." + domain;
-  if (listen_port != 80) h += ":" + std::to_string(listen_port);
+  if (listen_port != default_port) h += ":" + std::to_string(listen_port);
   return h;
 }
 

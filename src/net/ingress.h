@@ -30,9 +30,9 @@ struct PortHost {
                                                             std::string_view domain);
 
 // The Host a sandbox port answers on: "{port}-{id}.{domain}", plus ":{listen_port}" unless
-// it is 80.
+// it is the scheme's default port (80 for http, 443 for https).
 std::string PortHostName(int port, const std::string& sandbox_id, const std::string& domain,
-                         int listen_port);
+                         int listen_port, int default_port = 80);
 
 // ---- credentials in requests (pure string work on raw HTTP values)
 // The query parameter and cookie that carry a traffic token (docs/ports.md).

@@ -57,6 +57,9 @@ TEST(IngressTest, ParsePortHost) {
   }
   EXPECT_EQ(PortHostName(8080, "sb-x", "localhost", 7070), "8080-sb-x.localhost:7070");
   EXPECT_EQ(PortHostName(8080, "sb-x", "sbx.example.test", 80), "8080-sb-x.sbx.example.test");
+  // https: 443 is the default port, 80 is not.
+  EXPECT_EQ(PortHostName(8080, "sb-x", "sbx.example.test", 443, 443), "8080-sb-x.sbx.example.test");
+  EXPECT_EQ(PortHostName(8080, "sb-x", "sbx.example.test", 80, 443), "8080-sb-x.sbx.example.test:80");
 }
 
 TEST(IngressTest, StripQueryParam) {

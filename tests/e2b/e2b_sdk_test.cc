@@ -1,5 +1,5 @@
-// Runs tests/e2b/e2b.test.mjs — the unmodified E2B JavaScript SDK, pinned by
-// package-lock.json — against a real spaced: installs the SDK with `npm ci` (once per
+// Runs tests/e2b/e2b.test.mjs and e2b_platform.test.mjs — the unmodified E2B JavaScript SDK,
+// pinned by package-lock.json — against a real spaced: installs the SDK with `npm ci` (once per
 // lock file, in the build tree), starts spaced, and hands node nothing but the E2B
 // environment variables an E2B user would set. E2bCodeInterpreterSdkTest does the same
 // with tests/e2b/code-interpreter (the unmodified @e2b/code-interpreter) once spaced has
@@ -21,11 +21,12 @@ std::string InstallSdk(std::string* node, std::string* work, std::vector<std::st
   *node = Which("node");
   std::string npm = Which("npm");
   if (node->empty() || npm.empty()) return "node and npm are needed (scripts/install-deps.sh installs them)";
-  *base_env = EnvironWithout({"E2B_"});
+  *base_env = EnvironWithout({"E2B_", "NODE_EXTRA_CA_CERTS", "SPACE_TLS_CA"});
   *work = BinDir() + "/../e2b-sdk";
   std::string why;
   auto installed = InstallNpmSuite(npm, std::string(SPACE_SOURCE_DIR) + "/tests/e2b", *work,
-                                   {"package.json", "package-lock.json", "e2b.test.mjs"},
+                                   {"package.json", "package-lock.json", "suite.mjs", "e2b.test.mjs",
+                                    "e2b_platform.test.mjs"},
                                    "e2b/package.json", *base_env, &why);
   if (installed == NpmSuite::kOffline) return "npm ci cannot reach the registry (offline?):\n" + why;
   EXPECT_EQ(installed, NpmSuite::kReady) << "npm ci failed:\n" << why;
@@ -41,13 +42,24 @@ std::string E2bKey(Daemon& d) {
   return k ? JsonStringOr(*k, "key", "") : "";
 }
 
-// Runs e2b.test.mjs (the tests matching `pattern`, all if empty) against `d`, driving the
-// SDK release `package` (package.json: `e2b`, or an npm alias of an older release).
+// Runs the suite's files (the tests matching `pattern`, all if empty) against `d`, driving the
+// SDK release `package` (package.json: `e2b`, or an npm alias of an older release). When `d`
+// serves TLS (--tls-self-signed), node trusts its CA (docs/tls.md), and with `https` the SDK
+// talks to spaced over it: every call, stream and upload of the suite then crosses TLS.
 void RunSuite(Daemon& d, const std::string& node, const std::string& work, std::vector<std::string> env,
               const std::string& pattern, const std::string& max_file_bytes, const std::string& fake_log,
-              const std::string& package = "e2b") {
-  env.push_back("E2B_API_URL=" + d.url());
-  env.push_back("E2B_SANDBOX_URL=" + d.url());
+              const std::string& package = "e2b", bool https = false) {
+  std::string url = d.url();
+  const std::string ca = d.data_dir() + "/tls/ca.pem";
+  if (sys::Exists(ca)) {
+    env.push_back("NODE_EXTRA_CA_CERTS=" + ca);
+    env.push_back("SPACE_TLS_CA=" + ca);
+    if (https) url = "https://" + url.substr(url.find("://") + 3);
+  } else {
+    EXPECT_FALSE(https) << "https asked of a spaced without TLS";
+  }
+  env.push_back("E2B_API_URL=" + url);
+  env.push_back("E2B_SANDBOX_URL=" + url);
   env.push_back("E2B_API_KEY=" + E2bKey(d));
   env.push_back("E2B_SDK_PACKAGE=" + package);
   env.push_back("SPACE_MAX_FILE_BYTES=" + max_file_bytes);
@@ -55,7 +67,7 @@ void RunSuite(Daemon& d, const std::string& node, const std::string& work, std::
   sys::SpawnOptions o;
   o.argv = {node, "--test", "--test-reporter=spec", "--test-concurrency=1"};
   if (!pattern.empty()) o.argv.push_back("--test-name-pattern=" + pattern);
-  o.argv.push_back("e2b.test.mjs");
+  o.argv.insert(o.argv.end(), {"e2b.test.mjs", "e2b_platform.test.mjs"});
   o.cwd = work;
   o.env = env;
   auto r = sys::Run(o, 12 * 60 * 1000);
@@ -92,12 +104,14 @@ TEST(E2bSdkTest, UnmodifiedSdkAgainstSpaced) {
   std::string net_why;
   std::unique_ptr<FakeNet> net = StartFakeNet(tmp->path(), &net_why);
   const std::string max_file_bytes = "8388608";
-  std::vector<std::string> args = {"--max-file-bytes", max_file_bytes};
+  // HTTPS beside plain HTTP (docs/tls.md): the whole suite talks to spaced over TLS.
+  std::vector<std::string> args = {"--max-file-bytes", max_file_bytes, "--tls-self-signed"};
   if (net) args.insert(args.end(), {"--dns-upstream", "198.51.100.53", "--sandbox-subnet", "10.216.0.0/24"});
   Daemon d(args);
   ASSERT_TRUE(d.Start());
   if (!net) std::printf("egress cases skipped: no fake internet (%s)\n", net_why.c_str());
-  RunSuite(d, node, work, base_env, "", max_file_bytes, net ? tmp->path() + "/servers.log" : "");
+  RunSuite(d, node, work, base_env, "", max_file_bytes, net ? tmp->path() + "/servers.log" : "", "e2b",
+           /*https=*/true);
 }
 
 // The unmodified E2B Python SDK's network cases (tests/e2b/python/test_e2b_network.py)
@@ -150,7 +164,8 @@ TEST(E2bSdkTest, OlderSdkReleases) {
     GTEST_SKIP() << skip;
   }
   const std::string max_file_bytes = "8388608";
-  Daemon d({"--max-file-bytes", max_file_bytes});
+  // Plain HTTP here; TLS beside it for the port URLs the SDKs build with https://.
+  Daemon d({"--max-file-bytes", max_file_bytes, "--tls-self-signed"});
   ASSERT_TRUE(d.Start());
   // The calls each release has: 2.7 has no pause() (nor sbx.sendStdin), and its kill()
   // answers nothing; those cases run on 2.45 and the newest.
@@ -159,7 +174,7 @@ TEST(E2bSdkTest, OlderSdkReleases) {
       "files: write and read|files: list|Sandbox\\.list|unknown sandbox|the API key is in E2B shape|"
       "POST /sandboxes creates|commands\\.connect|signed file URLs";
   for (const auto& [package, extra] : std::vector<std::pair<std::string, std::string>>{
-           {"e2b-2-7", ""}, {"e2b-2-45", "|sendStdin|pause, then connect|kill, isRunning|snapshots|files\\.watchDir|file metadata"}}) {
+           {"e2b-2-7", ""}, {"e2b-2-45", "|sendStdin|pause, then connect|kill, isRunning|snapshots|files\\.watchDir|file metadata|getHost over https"}}) {
     SCOPED_TRACE(package);
     RunSuite(d, node, work, base_env, "^(" + core + extra + ")", max_file_bytes, "", package);
   }

@@ -12,7 +12,9 @@
 # Exit: pytest's code (5, no tests collected, is turned into a failure), 77 to skip (not
 # root, no crun/busybox, registry unreachable for the first venv).
 # Usage: run_pytest.sh BIN_DIR SUITE_DIR --env space|e2b [--wheel SRC_DIR] [--lock LOCK]
-#          [--spaced-arg ARG]… [-- PYTEST_ARGS…]
+#          [--https] [--spaced-arg ARG]… [-- PYTEST_ARGS…]
+# (--https: spaced also serves TLS (--tls-self-signed, docs/tls.md); the SDK's URLs are its
+# https:// ones, and the tests trust its CA: SSL_CERT_FILE and SPACE_TLS_CA name it.)
 # (--lock: another requirements.lock, with a venv of its own; tests/openapi uses it.)
 # (SPACED_ARGS is also exported to the tests as SPACE_SPACED_ARGS, space-separated.)
 set -uo pipefail
@@ -21,13 +23,14 @@ repo=$(cd "$here/../.." && pwd)
 BIN=$(cd "${1:?usage: run_pytest.sh BIN_DIR SUITE_DIR --env space|e2b [--wheel DIR]}" && pwd)
 SUITE=$(cd "${2:?suite dir}" && pwd)
 shift 2
-ENV_KIND="" WHEEL_SRC="" LOCK_FILE="" PYTEST_ARGS=() SPACED_ARGS=()
+ENV_KIND="" WHEEL_SRC="" LOCK_FILE="" HTTPS="" PYTEST_ARGS=() SPACED_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --env) ENV_KIND=$2; shift 2 ;;
     --wheel) WHEEL_SRC=$(cd "$2" && pwd); shift 2 ;;
     --lock) LOCK_FILE=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift 2 ;;
     --spaced-arg) SPACED_ARGS+=("$2"); shift 2 ;;
+    --https) HTTPS=1; SPACED_ARGS+=(--tls-self-signed); shift ;;
     --) shift; PYTEST_ARGS=("$@"); break ;;
     *) echo "run_pytest: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -114,24 +117,36 @@ for _ in $(seq 1 600); do
 done
 url=$(cat "$data/url" 2>/dev/null) key=$(cat "$data/api-key" 2>/dev/null)
 [ -n "$url" ] || { echo "run_pytest: spaced did not come up in 60 s:"; cat "$tmp/spaced.log"; exit 1; }
+plain_url=$url
+tls_env=()
+if [ -n "$HTTPS" ]; then
+  ca="$data/tls/ca.pem"
+  [ -s "$ca" ] || { echo "run_pytest: spaced made no $ca"; cat "$tmp/spaced.log"; exit 1; }
+  # The same port, over TLS (the certificate names 127.0.0.1).
+  url="https://${url#http://}"
+  curl -fsS --noproxy '*' -m 5 --cacert "$ca" "$url/healthz" >/dev/null ||
+    { echo "run_pytest: $url/healthz fails over TLS"; cat "$tmp/spaced.log"; exit 1; }
+  tls_env=("SSL_CERT_FILE=$ca" "SPACE_TLS_CA=$ca")
+fi
 
 # The test process sees none of a developer's own SPACE_/E2B_ settings, only these.
 env_args=(-u SPACE_URL -u SPACE_API_KEY -u E2B_API_URL -u E2B_SANDBOX_URL -u E2B_API_KEY
-          -u E2B_DOMAIN -u E2B_ACCESS_TOKEN -u E2B_DEBUG)
+          -u E2B_DOMAIN -u E2B_ACCESS_TOKEN -u E2B_DEBUG -u SSL_CERT_FILE -u SSL_CERT_DIR -u SPACE_TLS_CA)
 if [ "$ENV_KIND" = space ]; then
   env_args+=("SPACE_URL=$url" "SPACE_API_KEY=$key")
 else
   # An operator key in E2B's shape (e2b_ + hex), as `space keys create --e2b` makes it: some
   # E2B SDK releases refuse any other key client-side.
   e2b_key=$(curl -fsS --noproxy '*' -m 10 -X POST -H "Authorization: Bearer $key" \
-    -H 'Content-Type: application/json' -d '{"name":"e2b-suite","format":"e2b"}' "$url/v1/keys" |
+    -H 'Content-Type: application/json' -d '{"name":"e2b-suite","format":"e2b"}' "$plain_url/v1/keys" |
     "$PY" -c 'import json, sys; print(json.load(sys.stdin)["key"])') ||
     { echo "run_pytest: making an e2b_ API key failed"; exit 1; }
   env_args+=("E2B_API_URL=$url" "E2B_SANDBOX_URL=$url" "E2B_API_KEY=$e2b_key")
 fi
 # The fake internet's connection log, when the caller made one (E2bPythonSdkTest).
 if [ -n "${SPACE_FAKE_INTERNET_LOG:-}" ]; then env_args+=("SPACE_FAKE_INTERNET_LOG=$SPACE_FAKE_INTERNET_LOG"); fi
-env_args+=("SPACE_SPACED_ARGS=${SPACED_ARGS[*]}" SPACE_MAX_FILE_BYTES=8388608 PYTHONDONTWRITEBYTECODE=1 "PYTHONPATH=")
+env_args+=("SPACE_SPACED_ARGS=${SPACED_ARGS[*]}" SPACE_MAX_FILE_BYTES=8388608 PYTHONDONTWRITEBYTECODE=1 "PYTHONPATH="
+          "${tls_env[@]}")
 
 cd "$SUITE"
 # (pytest, like spaced, dies with this script.)

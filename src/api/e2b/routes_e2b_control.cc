@@ -636,10 +636,11 @@ Json TrafficToken(const Ctx& ctx, const store::SandboxRecord& sb) {
 
 std::string SandboxDomain(const Ctx& ctx) {
   // The SDK's getHost(port) is "{port}-{id}.{domain}": with spaced's port in the domain,
-  // that is a host:port a browser or curl reaches over http.
-  beast::error_code ec;
-  int port = ctx.stream->socket().local_endpoint(ec).port();
-  return ctx.opts->sandbox_domain + (ec || port == 80 ? "" : ":" + std::to_string(port));
+  // that is a host:port a browser or curl reaches (the SDK says https://, which spaced
+  // serves on the same port with a certificate; docs/tls.md).
+  int port = ctx.conn.local.port();
+  const int default_port = ctx.opts->tls ? 443 : 80;
+  return ctx.opts->sandbox_domain + (port == default_port ? "" : ":" + std::to_string(port));
 }
 
 bool AccessTokenValid(const Ctx& ctx, const std::string& sandbox_id, std::string_view token) {

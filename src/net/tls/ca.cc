@@ -15,14 +15,70 @@
 namespace space::net::tls {
 namespace {
 
-constexpr long kDay = 24 * 3600;
 constexpr long kCaValidity = 10 * 365 * kDay;
 constexpr long kLeafValidity = 7 * kDay;
-constexpr long kBackdate = kDay;
 constexpr size_t kMaxCachedLeaves = 256;  // a guest clock a little behind still accepts the certs
 
-struct BioFree { void operator()(BIO* p) const { BIO_free(p); } };
-using BioPtr = std::unique_ptr<BIO, BioFree>;
+bool ValidName(std::string_view n) {
+  if (n.empty() || n.size() > 64) return false;
+  if (!(std::isalpha(static_cast<unsigned char>(n[0])) || n[0] == '_')) return false;
+  return std::all_of(n.begin(), n.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+// "*.example.com" -> "example.com"; "api.example.com" -> itself.
+std::string_view Subtree(std::string_view host) {
+  return StartsWith(host, "*.") ? host.substr(2) : host;
+}
+
+bool RandomSerial(X509* x) {
+  BIGNUM* bn = BN_new();
+  bool ok = bn && BN_rand(bn, 127, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) == 1 &&
+            BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(x)) != nullptr;
+  BN_free(bn);
+  return ok;
+}
+
+bool AddExt(X509* cert, X509* issuer, int nid, const std::string& value) {
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
+  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value.c_str());
+  if (!ext) return false;
+  bool ok = X509_add_ext(cert, ext, -1) == 1;
+  X509_EXTENSION_free(ext);
+  return ok;
+}
+
+SslCtxPtr NewServerCtx() {
+  SslCtxPtr ctx(SSL_CTX_new(TLS_server_method()));
+  if (!ctx) return nullptr;
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  SSL_CTX_set_alpn_select_cb(ctx.get(), SelectAlpn, nullptr);
+  // Each connection is one sandbox talking to one host; no resumption cache to keep.
+  SSL_CTX_set_session_cache_mode(ctx.get(), SSL_SESS_CACHE_OFF);
+  SSL_CTX_set_options(ctx.get(), SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION |
+                                      SSL_OP_IGNORE_UNEXPECTED_EOF);
+  return ctx;
+}
+
+Result<std::unique_ptr<SandboxCa::Impl>> FinishImpl(X509Ptr cert, PkeyPtr key) {
+  auto impl = std::make_unique<SandboxCa::Impl>();
+  impl->cert_pem = CertPem(cert.get());
+  impl->key_pem = KeyPem(key.get());
+  if (impl->cert_pem.empty() || impl->key_pem.empty())
+    return SslFail(Errc::kInternal, "sandbox CA: encode PEM");
+  impl->permitted = PermittedFromCert(cert.get());
+  impl->server_ctx = NewServerCtx();
+  if (!impl->server_ctx) return SslFail(Errc::kInternal, "sandbox CA: TLS server context");
+  impl->cert = std::move(cert);
+  impl->key = std::move(key);
+  return impl;
+}
+
+}  // namespace
+
+// ---- Certificate helpers (internal.h) -----------------------------------------------------
 
 std::string Lower(std::string_view s) {
   std::string out(s);
@@ -34,13 +90,6 @@ tl::unexpected<Error> SslFail(Errc code, std::string what) {
   std::string detail = DrainSslErrors();
   if (!detail.empty()) what += ": " + detail;
   return Fail(code, std::move(what));
-}
-
-bool ValidName(std::string_view n) {
-  if (n.empty() || n.size() > 64) return false;
-  if (!(std::isalpha(static_cast<unsigned char>(n[0])) || n[0] == '_')) return false;
-  return std::all_of(n.begin(), n.end(),
-                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
 bool ValidDnsName(std::string_view h) {
@@ -63,11 +112,6 @@ bool ValidDnsName(std::string_view h) {
                       [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.'; });
 }
 
-// "*.example.com" -> "example.com"; "api.example.com" -> itself.
-std::string_view Subtree(std::string_view host) {
-  return StartsWith(host, "*.") ? host.substr(2) : host;
-}
-
 bool InSubtree(std::string_view host, std::string_view base) {
   if (host == base) return true;
   return host.size() > base.size() && host.substr(host.size() - base.size()) == base &&
@@ -75,25 +119,6 @@ bool InSubtree(std::string_view host, std::string_view base) {
 }
 
 PkeyPtr NewP256Key() { return PkeyPtr(EVP_EC_gen("P-256")); }
-
-bool RandomSerial(X509* x) {
-  BIGNUM* bn = BN_new();
-  bool ok = bn && BN_rand(bn, 127, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) == 1 &&
-            BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(x)) != nullptr;
-  BN_free(bn);
-  return ok;
-}
-
-bool AddExt(X509* cert, X509* issuer, int nid, const std::string& value) {
-  X509V3_CTX ctx;
-  X509V3_set_ctx_nodb(&ctx);
-  X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
-  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value.c_str());
-  if (!ext) return false;
-  bool ok = X509_add_ext(cert, ext, -1) == 1;
-  X509_EXTENSION_free(ext);
-  return ok;
-}
 
 std::string CertPem(X509* x) {
   BioPtr bio(BIO_new(BIO_s_mem()));
@@ -112,8 +137,8 @@ std::string KeyPem(EVP_PKEY* k) {
   return std::string(data, static_cast<size_t>(n));
 }
 
-// Only http/1.1 towards the sandbox: we parse and rewrite HTTP/1.1 requests, nothing else.
-// A client that offers no http/1.1 (h2 only) gets no ALPN and falls back to HTTP/1.1.
+// Only http/1.1: we parse and relay HTTP/1.1, nothing else. A client that offers no
+// http/1.1 (h2 only) gets no ALPN and falls back to HTTP/1.1.
 int SelectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
                unsigned int inlen, void*) {
   static const unsigned char kH11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
@@ -126,18 +151,6 @@ int SelectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const uns
     return SSL_TLSEXT_ERR_OK;
   }
   return SSL_TLSEXT_ERR_NOACK;
-}
-
-SslCtxPtr NewServerCtx() {
-  SslCtxPtr ctx(SSL_CTX_new(TLS_server_method()));
-  if (!ctx) return nullptr;
-  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
-  SSL_CTX_set_alpn_select_cb(ctx.get(), SelectAlpn, nullptr);
-  // Each connection is one sandbox talking to one host; no resumption cache to keep.
-  SSL_CTX_set_session_cache_mode(ctx.get(), SSL_SESS_CACHE_OFF);
-  SSL_CTX_set_options(ctx.get(), SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION |
-                                      SSL_OP_IGNORE_UNEXPECTED_EOF);
-  return ctx;
 }
 
 std::vector<std::string> PermittedFromCert(X509* cert) {
@@ -158,21 +171,31 @@ std::vector<std::string> PermittedFromCert(X509* cert) {
   return out;
 }
 
-Result<std::unique_ptr<SandboxCa::Impl>> FinishImpl(X509Ptr cert, PkeyPtr key) {
-  auto impl = std::make_unique<SandboxCa::Impl>();
-  impl->cert_pem = CertPem(cert.get());
-  impl->key_pem = KeyPem(key.get());
-  if (impl->cert_pem.empty() || impl->key_pem.empty())
-    return SslFail(Errc::kInternal, "sandbox CA: encode PEM");
-  impl->permitted = PermittedFromCert(cert.get());
-  impl->server_ctx = NewServerCtx();
-  if (!impl->server_ctx) return SslFail(Errc::kInternal, "sandbox CA: TLS server context");
-  impl->cert = std::move(cert);
-  impl->key = std::move(key);
-  return impl;
+Result<X509Ptr> SignLeaf(X509* ca, EVP_PKEY* ca_key, EVP_PKEY* leaf_key, std::string_view cn,
+                         const std::string& san, long validity_s) {
+  X509Ptr leaf(X509_new());
+  X509* c = leaf.get();
+  if (!c) return SslFail(Errc::kInternal, "leaf certificate: new");
+  std::string cn_text(cn);
+  X509_NAME* name = X509_get_subject_name(c);
+  bool ok = X509_set_version(c, 2) == 1 && RandomSerial(c) &&
+            X509_gmtime_adj(X509_getm_notBefore(c), -kBackdate) &&
+            X509_gmtime_adj(X509_getm_notAfter(c), validity_s) &&
+            X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
+                                       reinterpret_cast<const unsigned char*>(cn_text.c_str()), -1,
+                                       -1, 0) == 1 &&
+            X509_set_issuer_name(c, X509_get_subject_name(ca)) == 1 &&
+            X509_set_pubkey(c, leaf_key) == 1 &&
+            AddExt(c, ca, NID_basic_constraints, "critical,CA:FALSE") &&
+            AddExt(c, ca, NID_key_usage, "critical,digitalSignature") &&
+            AddExt(c, ca, NID_ext_key_usage, "serverAuth") &&
+            AddExt(c, ca, NID_subject_alt_name, san) &&
+            AddExt(c, ca, NID_subject_key_identifier, "hash") &&
+            AddExt(c, ca, NID_authority_key_identifier, "keyid:always") &&
+            X509_sign(c, ca_key, EVP_sha256()) > 0;
+  if (!ok) return SslFail(Errc::kInternal, "leaf certificate for " + cn_text);
+  return leaf;
 }
-
-}  // namespace
 
 std::string DrainSslErrors() {
   std::string out;
@@ -263,11 +286,13 @@ const std::string& SandboxCa::cert_pem() const { return impl_->cert_pem; }
 const std::string& SandboxCa::key_pem() const { return impl_->key_pem; }
 
 Result<std::unique_ptr<SandboxCa>> SandboxCa::Generate(
-    std::string_view label, const std::vector<std::string>& permitted_hosts) {
+    std::string_view label, const std::vector<std::string>& permitted_hosts,
+    std::string_view common_name) {
   PkeyPtr key = NewP256Key();
   X509Ptr cert(X509_new());
   if (!key || !cert) return SslFail(Errc::kInternal, "sandbox CA: new key");
-  std::string cn = "SPACE sandbox CA " + std::string(label.substr(0, 40));
+  std::string cn = common_name.empty() ? "SPACE sandbox CA " + std::string(label.substr(0, 40))
+                                       : std::string(common_name.substr(0, 64));
   X509_NAME* name = X509_get_subject_name(cert.get());
   bool ok = X509_set_version(cert.get(), 2) == 1 && RandomSerial(cert.get()) &&
             X509_gmtime_adj(X509_getm_notBefore(cert.get()), -kBackdate) &&
@@ -340,26 +365,11 @@ Result<std::shared_ptr<const Leaf>> SandboxCa::Impl::GetLeaf(std::string_view ho
   // host both mint and the last one wins, which is harmless (both leaves are valid).
   auto leaf = std::make_shared<Leaf>();
   leaf->key = NewP256Key();
-  leaf->cert.reset(X509_new());
+  if (!leaf->key) return SslFail(Errc::kInternal, "leaf certificate: new key");
+  auto signed_leaf = SignLeaf(cert.get(), key.get(), leaf->key.get(), host, "DNS:" + host, kLeafValidity);
+  if (!signed_leaf) return tl::unexpected(signed_leaf.error());
+  leaf->cert = std::move(*signed_leaf);
   X509* c = leaf->cert.get();
-  if (!leaf->key || !c) return SslFail(Errc::kInternal, "leaf certificate: new key");
-  X509_NAME* name = X509_get_subject_name(c);
-  bool ok = X509_set_version(c, 2) == 1 && RandomSerial(c) &&
-            X509_gmtime_adj(X509_getm_notBefore(c), -kBackdate) &&
-            X509_gmtime_adj(X509_getm_notAfter(c), kLeafValidity) &&
-            X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
-                                       reinterpret_cast<const unsigned char*>(host.c_str()), -1,
-                                       -1, 0) == 1 &&
-            X509_set_issuer_name(c, X509_get_subject_name(cert.get())) == 1 &&
-            X509_set_pubkey(c, leaf->key.get()) == 1 &&
-            AddExt(c, cert.get(), NID_basic_constraints, "critical,CA:FALSE") &&
-            AddExt(c, cert.get(), NID_key_usage, "critical,digitalSignature") &&
-            AddExt(c, cert.get(), NID_ext_key_usage, "serverAuth") &&
-            AddExt(c, cert.get(), NID_subject_alt_name, "DNS:" + host) &&
-            AddExt(c, cert.get(), NID_subject_key_identifier, "hash") &&
-            AddExt(c, cert.get(), NID_authority_key_identifier, "keyid:always") &&
-            X509_sign(c, key.get(), EVP_sha256()) > 0;
-  if (!ok) return SslFail(Errc::kInternal, "leaf certificate for " + host);
   leaf->not_after = now + kLeafValidity;
   leaf->pem = CertPem(c);
   std::shared_ptr<const Leaf> out = leaf;

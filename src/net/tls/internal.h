@@ -2,6 +2,7 @@
 // Not part of the public front door (tls.h).
 #pragma once
 
+#include <openssl/bio.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
@@ -27,8 +28,37 @@ using PkeyPtr = std::unique_ptr<EVP_PKEY, PkeyFree>;
 using SslCtxPtr = std::unique_ptr<SSL_CTX, SslCtxFree>;
 using SslPtr = std::unique_ptr<SSL, SslFree>;
 
+struct BioFree { void operator()(BIO* p) const { BIO_free(p); } };
+using BioPtr = std::unique_ptr<BIO, BioFree>;
+
 // The OpenSSL error queue, drained into one line ("" when empty).
 std::string DrainSslErrors();
+// Fail(code, what + ": " + the drained OpenSSL errors).
+tl::unexpected<Error> SslFail(Errc code, std::string what);
+
+// ---- Certificate helpers (ca.cc), shared with spaced's own TLS (server.cc) ----------------
+
+inline constexpr long kDay = 24 * 3600;
+inline constexpr long kBackdate = kDay;  // certificates start a day early: clocks a little behind
+
+std::string Lower(std::string_view s);
+// A lowercase DNS name: labels of [a-z0-9-], no leading/trailing '-', not all digits.
+bool ValidDnsName(std::string_view host);
+// host is base or a name under it.
+bool InSubtree(std::string_view host, std::string_view base);
+PkeyPtr NewP256Key();
+std::string CertPem(X509* x);     // "" on failure
+std::string KeyPem(EVP_PKEY* k);  // "" on failure
+// ALPN selection of a server: http/1.1 when offered, else no ALPN (the client falls back).
+int SelectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+               unsigned int inlen, void*);
+// The DNS subtrees a CA's name constraints permit (lowercase); empty when it has none.
+std::vector<std::string> PermittedFromCert(X509* cert);
+// A server leaf signed by ca/ca_key for leaf_key: subject CN `cn`, subjectAltName `san` in
+// OpenSSL's form ("DNS:a,DNS:*.b,IP:127.0.0.1"), EKU serverAuth, valid from a day ago for
+// validity_s seconds.
+Result<X509Ptr> SignLeaf(X509* ca, EVP_PKEY* ca_key, EVP_PKEY* leaf_key, std::string_view cn,
+                         const std::string& san, long validity_s);
 
 struct Leaf {
   X509Ptr cert;

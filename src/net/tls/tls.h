@@ -11,6 +11,10 @@
 // The rules (what is substituted where, limits, the error responses the sandbox sees, the
 // trust-store paths inside the sandbox) are written down in docs/networking-secrets.md.
 //
+// ServerTls is spaced's own certificate for HTTPS on its API port (an operator's files, or a
+// CA of spaced's own kept in the data dir; docs/tls.md): it makes the OpenSSL context that
+// api/tls_front.h serves TLS with.
+//
 // Ownership and threads: SandboxCa is thread-safe (the leaf cache has its own lock) and must
 // outlive every RunMitm() that uses it; UpstreamTrust is immutable after Create() and shared.
 // RunMitm() blocks its calling thread for the life of one connection and borrows the fds (the
@@ -26,6 +30,8 @@
 #include <vector>
 
 #include "common/common.h"
+
+struct ssl_ctx_st;  // OpenSSL's SSL_CTX
 
 namespace space::net::tls {
 
@@ -68,9 +74,11 @@ class SandboxCa {
   // a day ago for 10 years, subject "CN=SPACE sandbox CA <label>". When `permitted_hosts` is not
   // empty the CA carries critical name constraints permitting only those DNS subtrees ("*.d"
   // permits d), so even a stolen key cannot mint certificates for other hosts that the
-  // sandbox would trust, and MintLeaf refuses hosts outside them.
+  // sandbox would trust, and MintLeaf refuses hosts outside them. A non-empty `common_name`
+  // replaces that subject CN (at most 64 bytes; spaced's own CA, ServerTls).
   static Result<std::unique_ptr<SandboxCa>> Generate(std::string_view label,
-                                                    const std::vector<std::string>& permitted_hosts);
+                                                    const std::vector<std::string>& permitted_hosts,
+                                                    std::string_view common_name = {});
   // Restores a CA from the PEM pair Generate produced (after a daemon restart). Checks that the
   // key matches the certificate and that the certificate is a CA. kInvalidArgument otherwise.
   static Result<std::unique_ptr<SandboxCa>> Load(std::string_view cert_pem,
@@ -139,6 +147,57 @@ class UpstreamTrust {
 
  private:
   explicit UpstreamTrust(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- spaced's own TLS ----------------------------------------------------------------------
+
+// The certificate spaced serves HTTPS with on its own port (spaced --tls-cert/--tls-key, or
+// --tls-self-signed; docs/tls.md) and the OpenSSL server context made from it. Immutable after
+// creation and thread-safe (the self-signed CA's leaf cache has its own lock); it must outlive
+// every context NewContextRef() handed out.
+class ServerTls {
+ public:
+  // An operator's own certificate: cert_file holds the leaf first, then any intermediates; key_file
+  // its private key; both PEM. kInvalidArgument naming the file when one cannot be read, holds no
+  // certificate or no key, the key is encrypted or does not match, or the certificate is not
+  // valid now (expired, or not yet valid).
+  static Result<std::shared_ptr<ServerTls>> FromFiles(const std::string& cert_file,
+                                                      const std::string& key_file);
+
+  // spaced --tls-self-signed. In `dir` (made 0700): a CA made once and kept (ca.pem; its key
+  // ca.key, 0600), whose name constraints permit only the DNS names of `names` ("*.d" permits
+  // d); and a server certificate it signs (server.pem: the leaf, then the CA; server.key, 0600)
+  // for every entry of `names` (DNS names, "*.domain" with two labels or more, IPv4 or IPv6
+  // literals), made again when
+  // it lacks one of them or has less than 30 days left. A CA whose constraints do not cover the
+  // names, or with less than 30 days left, is replaced (made_ca(): clients must trust the new
+  // ca.pem). A connection whose SNI is one label under `mint_under` (a port URL's host,
+  // "3000-sb-….localhost") gets a leaf for exactly that name, minted on first use and cached:
+  // clients refuse a wildcard over a one-label domain such as "*.localhost". kInvalidArgument
+  // for a name that is neither a DNS name nor an IP literal, or unreadable CA files (remove the
+  // directory to start over); kInternal when a file cannot be written.
+  static Result<std::shared_ptr<ServerTls>> SelfSigned(const std::string& dir,
+                                                       const std::vector<std::string>& names,
+                                                       const std::string& mint_under);
+  ~ServerTls();
+  ServerTls(const ServerTls&) = delete;
+  ServerTls& operator=(const ServerTls&) = delete;
+
+  // A new reference to the server context (an OpenSSL SSL_CTX*: TLS 1.2 and 1.3, ALPN
+  // http/1.1 only, the certificate and key above). The caller owns the reference
+  // (SSL_CTX_free; asio::ssl::context adopts it).
+  ssl_ctx_st* NewContextRef() const;
+  // The served certificate's subject alternative names ("DNS:localhost", "IP:127.0.0.1").
+  const std::vector<std::string>& names() const;
+  int64_t not_after_s() const;         // its expiry, Unix seconds
+  const std::string& ca_file() const;  // SelfSigned: dir/ca.pem, the file clients trust; else ""
+  bool made_ca() const;                // SelfSigned made a new CA this start
+
+  struct Impl;
+
+ private:
+  explicit ServerTls(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -4,6 +4,7 @@ an E2B user would set: E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY (tests/python/r
 ctest e2b_python_sdk_test), plus SPACE_MAX_FILE_BYTES for the oversize-upload check."""
 
 import os
+import ssl
 import time
 import uuid
 from typing import Callable, List
@@ -25,6 +26,10 @@ for _v in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY"):
         raise RuntimeError(f"{_v} must be set (run through tests/python/run_pytest.sh)")
 
 RUN = f"e2b-py-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+# spaced's CA when it serves TLS (run_pytest.sh --https, docs/tls.md): what the suite's own
+# raw httpx calls, which ignore the environment (trust_env=False), verify spaced with.
+TLS_CA = os.environ.get("SPACE_TLS_CA", "")
+VERIFY = ssl.create_default_context(cafile=TLS_CA) if TLS_CA else True
 MAX_FILE_BYTES = int(os.environ.get("SPACE_MAX_FILE_BYTES", "0"))
 CREATED: List[Sandbox] = []
 

@@ -5,6 +5,7 @@ import base64
 import io
 import json
 import os
+import socket
 import struct
 import time
 from datetime import datetime, timezone
@@ -23,8 +24,8 @@ from e2b import (
     TimeoutException,
 )
 
-from conftest import (CREATED, MAX_FILE_BYTES, RUN, FileNotFoundException, SandboxNotFoundException,
-                      create, wait_for)
+from conftest import (CREATED, MAX_FILE_BYTES, RUN, TLS_CA, VERIFY, FileNotFoundException,
+                      SandboxNotFoundException, create, wait_for)
 
 API = os.environ["E2B_API_URL"]
 KEY = os.environ["E2B_API_KEY"]
@@ -345,6 +346,33 @@ def test_kill_is_running_and_not_found_after():
     assert listed(metadata={"suite": RUN, "role": "kill"}) == []
 
 
+# ---------------------------------------------------------------- ports over https
+
+@pytest.mark.skipif(not TLS_CA, reason="spaced serves no TLS here (SPACE_TLS_CA is unset)")
+def test_get_host_over_https():
+    """The SDK's port URLs are https://{get_host(port)}: spaced serves TLS on its own port."""
+    sbx = create(metadata={"role": "https"}, network={"allow_public_traffic": False})
+    host = sbx.get_host(3003)
+    name, _, port = host.rpartition(":")
+    try:
+        socket.getaddrinfo(name, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        pytest.fail(f"{name} does not resolve ({e}): *.localhost must resolve to loopback; "
+                    "on Debian install libnss-myhostname (scripts/install-deps.sh)")
+    made = sbx.commands.run("mkdir -p /w && echo port-ok-tls > /w/hostname && busybox httpd -p 3003 -h /w")
+    assert made.exit_code == 0, made.stderr
+    headers = {"e2b-traffic-access-token": sbx.traffic_access_token}
+    with httpx.Client(verify=VERIFY, trust_env=False, timeout=30) as client:
+        for _ in range(50):
+            res = client.get(f"https://{host}/hostname", headers=headers)
+            if res.status_code == 200:
+                break
+            time.sleep(0.05)
+        assert res.status_code == 200, res.text
+        assert res.text == "port-ok-tls\n"
+        assert client.get(f"https://{host}/hostname").status_code == 401
+
+
 # ---------------------------------------------------------------- bad input
 
 
@@ -392,7 +420,7 @@ def envd(live: Sandbox, path: str, body: bytes, content_type: str, token=None, m
         "Content-Type": content_type,
     }
     return httpx.request(method, os.environ["E2B_SANDBOX_URL"] + path, content=body,
-                         headers=headers, timeout=30, trust_env=False)
+                         headers=headers, timeout=30, trust_env=False, verify=VERIFY)
 
 
 def frame(flags: int, payload: bytes, length=None) -> bytes:
@@ -436,10 +464,11 @@ def test_malformed_unary_requests_and_auth_on_envd(live):
 
 
 def test_control_plane_errors_carry_e2b_codes():
-    res = httpx.get(f"{API}/sandboxes/sb-doesnotexist", headers={"X-API-KEY": KEY}, trust_env=False)
+    res = httpx.get(f"{API}/sandboxes/sb-doesnotexist", headers={"X-API-KEY": KEY}, trust_env=False,
+                    verify=VERIFY)
     assert res.status_code == 404
     assert res.json()["code"] == 404 and "sb-doesnotexist" in res.json()["message"]
-    bad = httpx.post(f"{API}/v2/sandboxes", headers={"X-API-KEY": KEY}, trust_env=False,
+    bad = httpx.post(f"{API}/v2/sandboxes", headers={"X-API-KEY": KEY}, trust_env=False, verify=VERIFY,
                      json={"templateID": "base:latest", "volumeMounts": [{"name": "v", "path": "not-absolute"}]})
     assert bad.status_code == 400 and bad.json()["code"] == 400
 
@@ -450,7 +479,7 @@ def test_control_plane_errors_carry_e2b_codes():
 def space_network(sandbox_id: str) -> dict:
     """The SPACE policy behind an E2B sandbox (SPACE's own API, same key)."""
     res = httpx.get(f"{API}/v1/sandboxes/{sandbox_id}/network",
-                    headers={"Authorization": f"Bearer {KEY}"}, trust_env=False, timeout=30)
+                    headers={"Authorization": f"Bearer {KEY}"}, trust_env=False, verify=VERIFY, timeout=30)
     res.raise_for_status()
     return res.json()
 
