@@ -21,6 +21,8 @@ cleanup() {
       nsenter --mount="$DIR/data/runtime/oci/ns/mnt" crun --root "$DIR/data/runtime/oci/crun" delete -f "$id" 2>/dev/null || true
     done
   fi
+  # The bare-crun baselines' parent cgroups (space_bench), empty once their runs are deleted.
+  rmdir /sys/fs/cgroup/*/space-bench /sys/fs/cgroup/space-bench 2>/dev/null || true
   grep " $DIR" /proc/self/mountinfo | awk '{print $5}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   rm -rf "$DIR"
 }

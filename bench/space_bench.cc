@@ -11,6 +11,7 @@
 //        [--runtimes oci gvisor [--runtimes-only]]
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,6 +67,43 @@ Result<std::string> MakeBareBundle(const std::string& dir, const std::string& ro
   (*j)["process"]["args"] = {"/bin/echo", "hi"};
   (*j)["process"]["terminal"] = false;
   (*j)["linux"]["cgroupsPath"] = "/space-bench/bare";
+  SPACE_TRY(sys::WriteFileAtomic(dir + "/config.json", j->dump()));
+  return dir;
+}
+
+// The same bundle as a sandbox's (issue 17: "≤ 1.5× bare `crun run -d` of the same
+// bundle"): its config.json — user namespace, seccomp filter, capabilities, cgroup limits,
+// masked paths, mounts — with `echo hi` as the process. Sources of mounts that spaced makes
+// per sandbox (its run dir, files in its bundle) become fresh copies in `dir`, since crun runs
+// in the helper namespace where those mounts are not; the sandbox's root stays its root.
+Result<std::string> MakeSameBundle(const std::string& dir, const std::string& sandbox_bundle,
+                                   const std::string& rootfs) {
+  SPACE_TRY(sys::MkdirAll(dir));
+  auto text = sys::ReadFile(sandbox_bundle + "/config.json");
+  if (!text) return tl::unexpected(text.error());
+  auto j = ParseJson(*text);
+  if (!j) return Fail(Errc::kInternal, "sandbox config.json: bad JSON");
+  (*j)["root"]["path"] = rootfs;
+  (*j)["process"]["args"] = {"/bin/echo", "hi"};
+  (*j)["process"]["terminal"] = false;
+  (*j)["linux"]["cgroupsPath"] = "/space-bench/same";
+  const std::string runtime_dir = sandbox_bundle.substr(0, sandbox_bundle.rfind("/bundles/"));
+  int k = 0;
+  for (auto& m : (*j)["mounts"]) {
+    std::string src = m.value("source", "");
+    if (src.rfind(runtime_dir + "/", 0) != 0) continue;
+    std::string copy = dir + "/src-" + std::to_string(k++);
+    struct stat st;
+    if (::stat(src.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      SPACE_TRY(sys::MkdirAll(copy));
+      ::chmod(copy.c_str(), st.st_mode & 07777);
+      if (::chown(copy.c_str(), st.st_uid, st.st_gid) != 0) return ErrnoFail("chown " + copy);
+    } else {
+      auto content = sys::ReadFile(src);
+      SPACE_TRY(sys::WriteFileAtomic(copy, content ? *content : ""));
+    }
+    m["source"] = copy;
+  }
   SPACE_TRY(sys::WriteFileAtomic(dir + "/config.json", j->dump()));
   return dir;
 }
@@ -335,7 +373,38 @@ int main(int argc, char** argv) {
     }
     (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
   }
+  // Baseline 2: bare crun of the same bundle as a sandbox's (its isolation settings too).
+  std::vector<double> same_ms;
+  {
+    auto sb = c.CreateSandboxAndWait(Json{{"limits", {{"pids", 513}}}}, std::chrono::seconds(60));
+    if (!sb) return 1;
+    std::string id = (*sb)["id"];
+    auto tmp = sys::TempDir::Create("/tmp", "space-bench-same-");
+    if (tmp) ::chmod(tmp->path().c_str(), 0711);
+    std::string ns = data_dir + "/runtime/oci/ns/mnt";
+    auto bundle = tmp ? MakeSameBundle(tmp->path() + "/bundle", data_dir + "/runtime/oci/bundles/" + id,
+                                       data_dir + "/storage/pool/roots/" + id)
+                      : Result<std::string>(tl::unexpected(tmp.error()));
+    if (!bundle) {
+      std::fprintf(stderr, "same bundle: %s\n", bundle.error().message.c_str());
+    } else {
+      ::chmod((tmp->path() + "/bundle").c_str(), 0711);
+      for (int i = 0; i < n; ++i) {
+        auto ms = BareCrunOnce(sys::Exists(ns) ? ns : "/proc/self/ns/mnt", *bundle, i);
+        if (!ms) {
+          std::fprintf(stderr, "bare crun, same bundle: %s\n", ms.error().message.c_str());
+          break;
+        }
+        same_ms.push_back(*ms);
+      }
+    }
+    (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
+  }
   Print("create -> first output (cold)", Summarize(create_ms), Summarize(bare_ms));
+  if (!same_ms.empty()) {
+    Print("  vs crun of the same bundle", Summarize(create_ms), Summarize(same_ms));
+    Print("  warm pool vs the same bundle", Summarize(warm_ms), Summarize(same_ms));
+  }
   Print("create -> first output (warm pool)", Summarize(warm_ms), Summarize(bare_ms));
   if (cold_fallbacks) std::printf("  (%d of %d warm attempts found the pool empty)\n", cold_fallbacks, n);
 
