@@ -176,7 +176,7 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
     static const std::set<std::string> kKnown = {
         "template", "snapshot",   "runtime",      "limits",         "env",      "metadata",
         "network",  "timeout",    "on_timeout",   "idle_timeout",   "snapshot_every",
-        "keep_last", "volumes"};
+        "keep_last", "volumes", "auto_resume"};
     if (!kKnown.count(k)) return Fail(Errc::kInvalidArgument, "unknown field \"" + k + "\"");
   }
   if (const Json* t = JsonField(body, "template")) {
@@ -259,6 +259,10 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   if (const Json* o = JsonField(body, "on_timeout")) {
     if (!o->is_string()) return Fail(Errc::kInvalidArgument, "on_timeout must be a string");
     req.on_timeout = o->get<std::string>();
+  }
+  if (const Json* a = JsonField(body, "auto_resume")) {
+    if (!a->is_boolean()) return Fail(Errc::kInvalidArgument, "auto_resume must be true or false");
+    req.auto_resume = a->get<bool>();
   }
   return req;
 }

@@ -48,6 +48,24 @@ TEST(ParseBodies, E2bPortsArePublicUnlessAllowPublicTrafficIsFalse) {
   EXPECT_EQ(JsonBoolOr(e->network, "public_traffic", true), false);
 }
 
+TEST(ParseBodies, E2bAutoPauseWithoutMemoryIsASuspend) {
+  // onTimeout {action: 'pause', keepMemory: false} in the SDKs: a filesystem-only pause.
+  auto on_timeout = [](const Json& extra) {
+    Json body = {{"templateID", "base"}};
+    body.update(extra);
+    auto r = e2b::ParseCreate(body);
+    return r ? r->on_timeout : "error: " + r.error().message;
+  };
+  EXPECT_EQ(on_timeout(Json::object()), "delete");
+  EXPECT_EQ(on_timeout({{"autoPause", false}, {"autoPauseMemory", false}}), "delete");
+  EXPECT_EQ(on_timeout({{"autoPause", true}}), "pause");
+  EXPECT_EQ(on_timeout({{"autoPause", true}, {"autoPauseMemory", true}}), "pause");
+  EXPECT_EQ(on_timeout({{"autoPause", true}, {"autoPauseMemory", nullptr}}), "pause");
+  EXPECT_EQ(on_timeout({{"autoPause", true}, {"autoPauseMemory", false}}), "suspend");
+  EXPECT_EQ(on_timeout({{"autoPause", true}, {"autoPauseMemory", "no"}}),
+            "error: autoPauseMemory must be a boolean");
+}
+
 TEST(ParseBodies, TimeoutBeyondAYearIsRefusedNotConverted) {
   // Was a float-to-int64 overflow (undefined behaviour) before the range check; found by
   // fuzz/api_bodies.

@@ -322,6 +322,32 @@ std::string TrafficCookie(const Ctx& ctx, const std::string& token, int64_t expi
 
 // ---------------------------------------------------------------- traffic to a port
 
+// A paused sandbox created with auto_resume (E2B's autoResume) is resumed by traffic to its
+// ports: the request waits for the resume (at most 30 s) and then goes on. Requests that
+// arrive together share one resume: the others find it under way and look again.
+Awaitable<Result<store::SandboxRecord>> ResumeForTraffic(Ctx& ctx, const std::string& id) {
+  core::Platform* p = ctx.platform;
+  const int64_t deadline = MonotonicNanos() + 30'000'000'000LL;
+  asio::steady_timer pause(ctx.stream->get_executor());
+  for (;;) {
+    auto rec = co_await ctx.Blocking([&] { return p->GetSandbox(id); });
+    if (!rec || rec->state != "paused" || !JsonBoolOr(rec->spec, "auto_resume", false)) co_return rec;
+    auto op = co_await ctx.Blocking([&] { return p->Transition(id, "resume"); });
+    if (op) {
+      spdlog::info("sandbox {}: traffic to a port resumes it ({})", id, op->id);
+      auto done = co_await AwaitOperation(ctx, op->id, 30000);
+      if (!done) co_return tl::unexpected(done.error());
+      if (done->state == "failed") co_return Fail(Errc::kUnavailable, done->error_message);
+      continue;
+    }
+    if (op.error().code != Errc::kConflict || MonotonicNanos() >= deadline)
+      co_return tl::unexpected(op.error());
+    pause.expires_after(std::chrono::milliseconds(50));
+    beast::error_code ec;
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+}
+
 // Traffic to a port of a sandbox from outside spaced's API (a sandbox host, or an E2B client
 // naming the port in headers): traffic credentials unless the sandbox's traffic is public.
 Awaitable<void> ProxyPortTraffic(Ctx& ctx, const std::string& id, int port, Form form) {
@@ -362,6 +388,13 @@ Awaitable<void> ProxyPortTraffic(Ctx& ctx, const std::string& id, int port, Form
         co_await ctx.ReplyBytes(302, "", "text/plain; charset=utf-8", headers);
         co_return;
       }
+    }
+  }
+  if (rec->state == "paused" && JsonBoolOr(rec->spec, "auto_resume", false)) {
+    rec = co_await ResumeForTraffic(ctx, id);
+    if (!rec) {
+      co_await ReplyFailure(ctx, form, 503, "sandbox " + id + " could not be resumed: " + rec.error().message);
+      co_return;
     }
   }
   // A signed URL used by curl and the like: answered at once, the cookie set on the way.

@@ -39,6 +39,7 @@ Json SandboxJson(const store::SandboxRecord& r) {
           {"network", NetworkJson(r)},
           {"timeout", JsonIntOr(r.spec, "timeout_s", 0)},
           {"on_timeout", JsonStringOr(r.spec, "on_timeout", "delete")},
+          {"auto_resume", JsonBoolOr(r.spec, "auto_resume", false)},
           {"idle_timeout", JsonIntOr(r.spec, "idle_timeout_s", 0)},
           {"expires_at", TimeOrNull(JsonIntOr(r.spec, "expires_ms", 0))},
           {"created_at", TimeOrNull(r.created_ms)},

@@ -47,6 +47,7 @@ struct CreateArgs {
   std::string net_mode;
   std::vector<std::string> allow_out, deny_out, secrets;
   bool public_traffic = false;
+  bool auto_resume = false;
   bool async = false;
   double wait_timeout = 0;
   CLI::Option* cpus_opt = nullptr;
@@ -168,6 +169,7 @@ int RunCreate(Context& ctx, const CreateArgs& a) {
     if (!t) return ReportUsage("--idle-timeout: " + t.error().message);
     body["idle_timeout"] = *t;
   }
+  if (a.auto_resume) body["auto_resume"] = true;
   if (a.wait_timeout < 0) return ReportUsage("--wait-timeout must not be negative");
 
   auto c = ctx.GetClient();
@@ -563,6 +565,8 @@ void AddSandboxCommands(CLI::App& app, Context& ctx) {
     cmd->add_option(
         "--idle-timeout", a->idle_timeout,
         "Apply --on-timeout once idle (no command running or started) for SECS; 0 = none");
+    cmd->add_flag("--auto-resume", a->auto_resume,
+                  "When paused, resume on traffic to one of its port URLs (see space url)");
     cmd->add_flag("--async", a->async, "Do not wait: print the create operation's id");
     cmd->add_option("--wait-timeout", a->wait_timeout,
                     "Give up waiting after SECS (default: no limit)");

@@ -139,6 +139,9 @@ struct CreateSandboxRequest {
   Json network;                      // the API's `network` field as given (null = none)
   int64_t timeout_s = -1;            // -1 = Config::default_timeout_s; 0 = none
   std::string on_timeout;            // delete (default) | pause | suspend
+  // Traffic to one of its port URLs resumes the sandbox when it is paused (in memory; a
+  // suspended one waits for an explicit wake), as E2B's autoResume.
+  bool auto_resume = false;
   int64_t idle_timeout_s = 0;        // 0 = none
   int64_t snapshot_every_s = 0;      // scheduled snapshots; 0 = none
   int64_t keep_last = 0;             // prune scheduled snapshots beyond this many; 0 = keep all

@@ -179,6 +179,7 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
   sb->rec.created_ms = sb->rec.updated_ms = NowUnixMillis();
   sb->rec.spec["timeout_s"] = timeout_s;
   sb->rec.spec["on_timeout"] = on_timeout;
+  sb->rec.spec["auto_resume"] = req.auto_resume;
   sb->rec.spec["idle_timeout_s"] = req.idle_timeout_s;
   sb->rec.spec["expires_ms"] = 0;  // armed when the sandbox is running (BringUp)
   sb->rec.spec["snapshot_every_s"] = req.snapshot_every_s;
@@ -216,8 +217,8 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
     std::lock_guard l(member->mu);
     const store::SandboxRecord& want = (*made)->rec;
     member->rec.metadata = want.metadata;
-    for (const char* key : {"env", "network", "timeout_s", "on_timeout", "idle_timeout_s",
-                            "snapshot_every_s", "keep_last"}) {
+    for (const char* key : {"env", "network", "timeout_s", "on_timeout", "auto_resume",
+                            "idle_timeout_s", "snapshot_every_s", "keep_last"}) {
       member->rec.spec[key] = want.spec[key];
     }
     member->rec.spec.erase("pool");

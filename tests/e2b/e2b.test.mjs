@@ -289,6 +289,18 @@ describe('lifecycle and listing', () => {
     await again.commands.kill(bg.pid)
   })
 
+  test('onTimeout pause without keepMemory: a filesystem-only pause, and connect reboots', { skip: !sdkAtLeast('2.51.0') && `SDK ${SDK_VERSION} has no keepMemory` }, async () => {
+    const sbx = await create({ metadata: { role: 'fs-autopause' }, timeoutMs: 3_000, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } })
+    await sbx.files.write('/tmp/kept.txt', 'kept')
+    const bootId = (await sbx.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout
+    await waitFor(async () => (await sbx.getInfo()).state === 'paused', 'the timeout to pause it', 20_000)
+    const info = await api(`/v1/sandboxes/${sbx.sandboxId}`, { headers: { Authorization: `Bearer ${process.env.E2B_API_KEY}` } })
+    assert.equal((await info.json()).state, 'suspended', 'kept on disk, not in memory')
+    const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 600_000 })
+    assert.equal(await again.files.read('/tmp/kept.txt'), 'kept')
+    assert.notEqual((await again.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout, bootId)
+  })
+
   // Not on gVisor (e2b_sdk_test's SdkOnGvisor leaves it out): its /proc has no boot_id.
   test('a pause keeps the boot id; a filesystem-only pause (memory: false) keeps the files and restarts: a new boot id', async () => {
     const sbx = await create({ metadata: { role: 'fs-pause' } })

@@ -127,6 +127,22 @@ describe('ports', () => {
     assert.equal((await getThrough(sbx.getHost(3000))).status, 401)
   })
 
+  test('lifecycle autoResume: traffic to a port resumes a sandbox its timeout paused', { skip: !sdkAtLeast('2.51.0') && `SDK ${SDK_VERSION} has no lifecycle option` }, async () => {
+    const sbx = await create({ timeoutMs: 3_000, lifecycle: { onTimeout: 'pause', autoResume: true } })
+    const lc = (await sbx.getInfo()).lifecycle
+    if (lc) assert.equal(lc.autoResume, true, JSON.stringify(lc))
+    await sbx.commands.run('mkdir -p /w && echo awake > /w/index.html && busybox httpd -p 3003 -h /w')
+    await waitFor(async () => (await sbx.getInfo()).state === 'paused', 'the timeout to pause it', 20_000)
+    const r = await getThrough(sbx.getHost(3003), {}, '/index.html')
+    assert.equal(r.status, 200, r.body)
+    assert.equal(r.body, 'awake\n')
+    assert.equal((await sbx.getInfo()).state, 'running')
+    // keepMemory: false cannot auto-resume: the SDK refuses it, and so does spaced.
+    const bad = await api('/sandboxes', { method: 'POST', body: JSON.stringify({ templateID: 'base:latest', autoPause: true, autoPauseMemory: false, autoResume: { enabled: true } }) })
+    assert.equal(bad.status, 400)
+    assert.match((await bad.json()).message, /autoPauseMemory/)
+  })
+
   test('network.maskRequestHost is the Host the sandbox service sees, ${PORT} its port', async () => {
     const sbx = await create({ network: { maskRequestHost: 'custom-host.example.com:${PORT}' } })
     // A CGI script of busybox httpd answers with the Host it was sent (CRLF headers: httpd

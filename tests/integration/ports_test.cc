@@ -240,6 +240,52 @@ TEST_F(PortsTest, PausedSandboxIsAClearConflict) {
   EXPECT_EQ(again.status, 200) << again.head;
 }
 
+// auto_resume: traffic resumes a paused sandbox (its timeout re-armed), several requests at
+// once share one resume, an unauthorised request wakes nothing, a suspended one stays asleep.
+TEST_F(PortsTest, AutoResumeOnTraffic) {
+  std::string id = StartSandbox(Json{{"auto_resume", true}, {"timeout", 600}, {"on_timeout", "pause"}});
+  ASSERT_FALSE(id.empty());
+  auto sb = c().GetSandbox(id);
+  ASSERT_TRUE(sb);
+  EXPECT_EQ(sb->value("auto_resume", false), true) << sb->dump();
+  std::string token = UrlToken(id, 8080);
+  ASSERT_FALSE(token.empty());
+  const std::string cred = "e2b-traffic-access-token: " + token + "\r\n";
+  ASSERT_TRUE(c().TransitionAndWait(id, client::Transition::kPause));
+  // Without a credential: refused, and the sandbox sleeps on.
+  EXPECT_EQ(Get(HostOf(8080, id)).status, 401);
+  EXPECT_EQ(c().GetSandbox(id)->value("state", ""), "paused");
+  // Three requests at once: one resume, three answers.
+  std::vector<std::thread> ts;
+  std::vector<Response> rs(3);
+  for (int i = 0; i < 3; ++i) ts.emplace_back([&, i] { rs[i] = Get(HostOf(8080, id), cred); });
+  for (auto& t : ts) t.join();
+  for (const Response& r : rs) {
+    EXPECT_EQ(r.status, 200) << r.head;
+    EXPECT_EQ(r.body, "hello from the sandbox\n");
+  }
+  sb = c().GetSandbox(id);
+  ASSERT_TRUE(sb);
+  EXPECT_EQ(sb->value("state", ""), "running");
+  EXPECT_FALSE((*sb)["expires_at"].is_null()) << sb->dump();
+  auto ops = c().Call("GET", "/v1/operations?limit=50");
+  ASSERT_TRUE(ops);
+  int resumes = 0;
+  for (const Json& op : (*ops)["operations"])
+    resumes += op.value("kind", "") == "resume" && op.value("target", "") == id;
+  EXPECT_EQ(resumes, 1) << ops->dump();
+  // Suspended: no longer in memory, so not woken by traffic.
+  ASSERT_TRUE(c().TransitionAndWait(id, client::Transition::kSuspend));
+  Response asleep = Get(HostOf(8080, id), cred);
+  EXPECT_EQ(asleep.status, 409) << asleep.head;
+  EXPECT_EQ(c().GetSandbox(id)->value("state", ""), "suspended");
+  // Without auto_resume (the shared public sandbox) a paused one stays a conflict: above.
+  auto bad = c().Call("POST", "/v1/sandboxes", Json{{"auto_resume", "yes"}});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("auto_resume must be true or false"), std::string::npos);
+  EXPECT_TRUE(c().DeleteSandboxAndWait(id, 30s));
+}
+
 TEST_F(PortsTest, ChunkedResponseStreamsInPieces) {
   int fd = Dial(port_);
   ASSERT_GE(fd, 0);

@@ -114,7 +114,13 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
   auto timeout = TimeoutSeconds(body);
   if (!timeout) return tl::unexpected(timeout.error());
   req.timeout_s = *timeout;
-  req.on_timeout = JsonBoolOr(body, "autoPause", false) ? "pause" : "delete";
+  // autoPause with autoPauseMemory false (the SDKs' onTimeout {action: 'pause', keepMemory:
+  // false}) keeps the filesystem alone: SPACE's suspend, whose wake restarts the processes.
+  const Json* memory = JsonField(body, "autoPauseMemory");
+  if (memory && !memory->is_null() && !memory->is_boolean())
+    return Fail(Errc::kInvalidArgument, "autoPauseMemory must be a boolean");
+  const bool keep_memory = !memory || memory->is_null() || memory->get<bool>();
+  req.on_timeout = !JsonBoolOr(body, "autoPause", false) ? "delete" : keep_memory ? "pause" : "suspend";
   auto network = NetworkFromE2b(body);
   if (!network) return tl::unexpected(network.error());
   req.network = std::move(*network);
@@ -128,12 +134,30 @@ Result<core::CreateSandboxRequest> ParseCreate(const Json& body) {
       req.volumes.push_back({m["name"].get<std::string>(), m["path"].get<std::string>(), false});
     }
   }
+  // autoResume {enabled}: a paused sandbox resumes when traffic reaches its ports. Only
+  // for a pause that keeps memory, as E2B has it.
+  if (const Json* ar = JsonField(body, "autoResume"); ar && !ar->is_null()) {
+    if (ar->is_boolean()) {
+      req.auto_resume = ar->get<bool>();
+    } else if (ar->is_object()) {
+      const Json* en = JsonField(*ar, "enabled");
+      if (en && !en->is_null() && !en->is_boolean())
+        return Fail(Errc::kInvalidArgument, "autoResume.enabled must be a boolean");
+      req.auto_resume = en && en->is_boolean() && en->get<bool>();
+    } else {
+      return Fail(Errc::kInvalidArgument, "autoResume must be {\"enabled\": boolean}");
+    }
+    if (req.auto_resume && req.on_timeout != "pause")
+      return Fail(Errc::kInvalidArgument,
+                  req.on_timeout == "suspend"
+                      ? "autoResume cannot be combined with autoPauseMemory: false: a filesystem-only "
+                        "pause is resumed with connect"
+                      : "autoResume needs autoPause: true");
+  }
   // What SPACE has no equivalent for is refused rather than silently ignored.
-  for (const char* key : {"mcp", "iam", "autoResume"}) {
+  for (const char* key : {"mcp", "iam"}) {
     const Json* f = JsonField(body, key);
     bool empty = !f || f->is_null() || (f->is_object() && f->empty()) || (f->is_array() && f->empty());
-    if (key == std::string("autoResume") && f && f->is_object())
-      empty = !JsonBoolOr(*f, "enabled", false);
     if (!empty) return Fail(Errc::kInvalidArgument, std::string(key) + " is not supported by SPACE");
   }
   return req;

@@ -456,7 +456,7 @@ Awaitable<void> Info(Ctx& ctx, const std::string& id) {
   detail["allowInternetAccess"] = core::Platform::StoredPolicy(*rec).internet();
   detail["lifecycle"] = {
       {"onTimeout", JsonStringOr(rec->spec, "on_timeout", "delete") == "delete" ? "kill" : "pause"},
-      {"autoResume", false}};
+      {"autoResume", JsonBoolOr(rec->spec, "auto_resume", false)}};
   co_await ctx.Reply(200, detail);
 }
 
