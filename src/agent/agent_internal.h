@@ -12,6 +12,7 @@
 
 #include "agent/agent.h"
 #include "agent/exec.h"
+#include "agent/out_queue.h"
 #include "common/json.h"
 
 namespace space::agent {
@@ -36,6 +37,9 @@ inline uint64_t Tag(Kind k, uint32_t id) { return (static_cast<uint64_t>(k) << 3
 // output into frames (and stops reading pipes) until the host catches up.
 inline constexpr size_t kOutHighWater = 2u << 20;
 inline constexpr size_t kScratchSize = kMaxDataChunk;
+// A pipe read goes into the last block while it has at least this much room, else into a
+// new block: reads stay large, and a trickle of small output shares one block.
+inline constexpr size_t kMinBlockRead = 64u << 10;
 inline constexpr int64_t kCoalesceNs = 2'000'000;      // hold small output at most this long
 inline constexpr uint64_t kCoalesceBytes = 256 << 10;  // ... and only while less than this
 inline constexpr int64_t kShutdownGraceNs = 5'000'000'000;
@@ -48,9 +52,12 @@ inline int64_t RealtimeNanos() {
 }
 
 struct Agent::Output {
+  // Output bytes [offset, offset + block->used): consecutive chunks, the last one ending at
+  // `produced` (only it grows, while its block has room).
   struct Chunk {
     uint64_t offset;
-    std::string data;
+    BlockRef block;
+    uint64_t end() const { return offset + block->used; }
   };
   sys::UniqueFd pipe;
   uint32_t events = 0;  // registered epoll interest; 0 = not registered

@@ -151,12 +151,17 @@ std::string EncodeData(uint64_t offset, std::string_view bytes) {
   return out;
 }
 
-void EncodeDataFrame(FrameType type, uint32_t stream, uint64_t offset, std::string_view bytes,
-                     std::string* out) {
-  PutU32(out, static_cast<uint32_t>(8 + bytes.size()));
+void EncodeDataFrameHeader(FrameType type, uint32_t stream, uint64_t offset, size_t length,
+                           std::string* out) {
+  PutU32(out, static_cast<uint32_t>(8 + length));
   out->push_back(static_cast<char>(type));
   PutU32(out, stream);
   PutU64(out, offset);
+}
+
+void EncodeDataFrame(FrameType type, uint32_t stream, uint64_t offset, std::string_view bytes,
+                     std::string* out) {
+  EncodeDataFrameHeader(type, stream, offset, bytes.size(), out);
   out->append(bytes.data(), bytes.size());
 }
 

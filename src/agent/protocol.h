@@ -114,6 +114,11 @@ std::string EncodeData(uint64_t offset, std::string_view bytes);
 // EncodeFrame(type, stream, EncodeData(offset, bytes), out) without the temporary copy.
 void EncodeDataFrame(FrameType type, uint32_t stream, uint64_t offset, std::string_view bytes,
                      std::string* out);
+// Appends only the first kDataHeaderSize bytes of such a frame (header and offset) for
+// `length` bytes of output, which the caller sends right after it.
+inline constexpr size_t kDataHeaderSize = kHeaderSize + 8;
+void EncodeDataFrameHeader(FrameType type, uint32_t stream, uint64_t offset, size_t length,
+                           std::string* out);
 Result<DataChunk> DecodeData(std::string_view payload);
 
 // Acknowledgement: u8 fd (1 stdout, 2 stderr, 0 exit) | u64 offset (bytes durable below it).

@@ -1,0 +1,120 @@
+#include "agent/out_queue.h"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace space::agent {
+
+BlockPool::BlockPool() : state_(std::make_shared<State>()) {}
+
+BlockRef BlockPool::Get(int64_t now_ns) {
+  state_->last_get_ns = now_ns;
+  std::unique_ptr<OutBlock> b;
+  if (!state_->free.empty()) {
+    b = std::move(state_->free.back());
+    state_->free.pop_back();
+    b->used = 0;
+  } else {
+    b = std::make_unique<OutBlock>();
+  }
+  std::weak_ptr<State> pool = state_;
+  return BlockRef(b.release(), [pool](OutBlock* p) {
+    if (auto st = pool.lock()) {
+      st->free.emplace_back(p);
+    } else {
+      delete p;
+    }
+  });
+}
+
+void BlockPool::TrimIfIdle(int64_t now_ns) {
+  if (state_->free.empty() || now_ns - state_->last_get_ns < kIdleNs) return;
+  std::vector<std::unique_ptr<OutBlock>>().swap(state_->free);
+}
+
+int64_t BlockPool::NextTrimNs() const {
+  return state_->free.empty() ? 0 : state_->last_get_ns + kIdleNs;
+}
+
+void OutQueue::PushFrame(FrameType type, uint32_t stream, std::string_view payload) {
+  Item it;
+  EncodeFrame(type, stream, payload, &it.head);
+  pending_ += it.size();
+  items_.push_back(std::move(it));
+}
+
+void OutQueue::PushData(FrameType type, uint32_t stream, uint64_t offset, BlockRef block,
+                        size_t begin, size_t len) {
+  Item it;
+  it.head.reserve(kDataHeaderSize);
+  EncodeDataFrameHeader(type, stream, offset, len, &it.head);
+  it.block = std::move(block);
+  it.begin = begin;
+  it.len = len;
+  pending_ += it.size();
+  items_.push_back(std::move(it));
+}
+
+void OutQueue::Clear() {
+  items_.clear();
+  pos_ = 0;
+  pending_ = 0;
+}
+
+void OutQueue::DropUnstarted() {
+  if (pos_ == 0) return Clear();
+  while (items_.size() > 1) {
+    pending_ -= items_.back().size();
+    items_.pop_back();
+  }
+}
+
+void OutQueue::Consume(size_t n) {
+  pending_ -= n;
+  while (n > 0) {
+    Item& front = items_.front();
+    size_t left = front.size() - pos_;
+    if (n < left) {
+      pos_ += n;
+      return;
+    }
+    n -= left;
+    pos_ = 0;
+    items_.pop_front();
+  }
+}
+
+int OutQueue::Flush(int fd) {
+  constexpr int kMaxIov = 64;
+  while (!items_.empty()) {
+    struct iovec iov[kMaxIov];
+    int n = 0;
+    size_t skip = pos_;
+    for (auto it = items_.begin(); it != items_.end() && n + 2 <= kMaxIov; ++it) {
+      if (skip < it->head.size()) {
+        iov[n++] = {const_cast<char*>(it->head.data()) + skip, it->head.size() - skip};
+        skip = 0;
+      } else {
+        skip -= it->head.size();
+      }
+      if (it->len > skip) {
+        iov[n++] = {it->block->data.get() + it->begin + skip, it->len - skip};
+      }
+      skip = 0;
+    }
+    ssize_t w = ::writev(fd, iov, n);
+    if (w > 0) {
+      Consume(static_cast<size_t>(w));
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EAGAIN) return 0;
+    return w == 0 ? EPIPE : errno;
+  }
+  return 0;
+}
+
+}  // namespace space::agent

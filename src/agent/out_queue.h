@@ -1,0 +1,95 @@
+// agent/out_queue: the bytes space-agent has to write to its host connection, and the
+// blocks of command output they are made of. Private to space-agent; single-threaded (the
+// agent's loop).
+//
+// A command's output is read from its pipe straight into an OutBlock and stays there, never
+// copied in user space, until the host acknowledges it (docs/agent-protocol.md, "Durable
+// output"): the command's unacknowledged chunks and the STDOUT/STDERR frames queued for the
+// socket both hold references to the block, and a queued data frame is just its header plus
+// a range of a block, gathered by writev(2) when written. A block is filled front to back,
+// once; bytes in it never change while anyone holds it.
+//
+// Blocks come from a BlockPool, which keeps released blocks for reuse: a fresh block's
+// pages cost a page fault and zeroing each (as much CPU as copying the bytes once more).
+// The pool gives its blocks back to the system once it has been unused for a second, so an
+// idle agent holds none (many idle sandboxes each run an agent).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/protocol.h"
+
+namespace space::agent {
+
+struct OutBlock {
+  static constexpr size_t kCapacity = kMaxDataChunk;  // one block never spans two frames
+  std::unique_ptr<char[]> data{new char[kCapacity]};  // not zero-filled: untouched pages cost nothing
+  size_t used = 0;                                    // bytes [0, used) are output
+  size_t room() const { return kCapacity - used; }
+};
+using BlockRef = std::shared_ptr<OutBlock>;
+
+class BlockPool {
+ public:
+  static constexpr int64_t kIdleNs = 1'000'000'000;
+  BlockPool();
+  // An empty block: a pooled one if any, else a new one. Released (its last reference
+  // dropped) it returns to the pool.
+  BlockRef Get(int64_t now_ns);
+  // Frees the pooled blocks once none was taken for kIdleNs.
+  void TrimIfIdle(int64_t now_ns);
+  // When TrimIfIdle has something to do; 0 when the pool is empty.
+  int64_t NextTrimNs() const;
+  size_t pooled() const { return state_->free.size(); }
+
+ private:
+  struct State {
+    std::vector<std::unique_ptr<OutBlock>> free;
+    int64_t last_get_ns = 0;
+  };
+  // Shared with the blocks' deleters, so a block released after the pool is gone is freed.
+  std::shared_ptr<State> state_;
+};
+
+class OutQueue {
+ public:
+  // Appends a whole frame (control frames: HELLO, RESPONSE, EXIT).
+  void PushFrame(FrameType type, uint32_t stream, std::string_view payload);
+  // Appends a STDOUT/STDERR frame of block bytes [begin, begin + len) at stream `offset`,
+  // without copying them.
+  void PushData(FrameType type, uint32_t stream, uint64_t offset, BlockRef block, size_t begin,
+                size_t len);
+  // Bytes queued and not yet written.
+  size_t pending() const { return pending_; }
+  // Drops everything (the connection is gone).
+  void Clear();
+  // Drops every frame not begun; a frame partly written stays, so the stream remains
+  // well-formed once it is finished.
+  void DropUnstarted();
+  // Writes as much as `fd` takes without blocking. Returns 0, or the errno of a failed
+  // write (the connection is then unusable); EAGAIN is not an error.
+  int Flush(int fd);
+
+ private:
+  struct Item {
+    std::string head;  // a whole control frame, or a data frame's header
+    BlockRef block;    // a data frame's payload: block->data[begin, begin + len)
+    size_t begin = 0, len = 0;
+    size_t size() const { return head.size() + len; }
+  };
+  void Consume(size_t n);
+
+  std::deque<Item> items_;
+  size_t pos_ = 0;  // bytes of items_.front() already written
+  size_t pending_ = 0;
+};
+
+}  // namespace space::agent
