@@ -170,6 +170,15 @@ Result<DataChunk> DecodeData(std::string_view payload) {
   return DataChunk{GetU64(payload.data()), payload.substr(8)};
 }
 
+std::optional<DataHeader> PeekDataHeader(std::string_view in) {
+  if (in.size() < kDataHeaderSize) return std::nullopt;
+  const uint32_t len = GetU32(in.data());
+  const auto type = static_cast<FrameType>(in[4]);
+  if (type != FrameType::kStdout && type != FrameType::kStderr) return std::nullopt;
+  if (len < 8 || len > kMaxPayload) return std::nullopt;
+  return DataHeader{type, GetU32(in.data() + 5), GetU64(in.data() + kHeaderSize), len - 8u};
+}
+
 std::string EncodeAck(uint8_t fd, uint64_t offset) {
   std::string out;
   out.push_back(static_cast<char>(fd));
