@@ -22,6 +22,7 @@ namespace {
 constexpr char kDefaultUrl[] = "http://127.0.0.1:7070";
 constexpr size_t kMaxIdleHandles = 8;
 constexpr size_t kMaxErrorBody = 1 << 20;
+constexpr long kStreamBufferSize = 512L << 10;
 // The server caps `wait` at 5 minutes; longer waits are loops of this.
 constexpr milliseconds kMaxServerWait{300000};
 
@@ -406,6 +407,9 @@ Result<HttpResponse> Client::PerformOnce(Transfer& t) {
   };
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
+  // Streamed bodies (command output, file downloads) can run at GB/s: curl's default
+  // 16 KiB buffer would make that a recv and a callback every 16 KiB.
+  if (t.sink) curl_easy_setopt(h, CURLOPT_BUFFERSIZE, kStreamBufferSize);
 
   curl_slist* headers = nullptr;
   if (!impl_->key.empty()) {
