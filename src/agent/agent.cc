@@ -270,6 +270,10 @@ void Agent::Accept() {
       ReadConnection();
       if (conn_) DropConnection("replaced by a new connection");
     }
+    // Output leaves in frames of up to 1 MiB: a default-sized send buffer (~200 KiB) would
+    // take each in pieces, a wake-up (and a host read) per piece. Capped by wmem_max.
+    int sndbuf = 4 << 20;
+    (void)::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     conn_.Reset(fd);
     StartConnection();
   }
