@@ -250,6 +250,8 @@ int main(int argc, char** argv) {
   app.add_flag("--runtimes-only", runtimes_only, "only the runtime comparison");
   bool output_only = false;
   app.add_flag("--output-only", output_only, "only the output throughput figures");
+  int output_rounds = 3;
+  app.add_option("--output-rounds", output_rounds, "end-to-end and file-write rounds (medians)");
   CLI11_PARSE(app, argc, argv);
   client::Client c(url, key);
   if (!c.Health()) {
@@ -263,7 +265,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::string id = (*sb)["id"];
-    int rc = OutputBench(c, id, data_dir, bytes);
+    int rc = OutputBench(c, id, data_dir, bytes, std::max(1, output_rounds));
     (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
     return rc;
   }
@@ -432,7 +434,7 @@ int main(int argc, char** argv) {
   }
 
   // ---- output throughput (bench/output_bench.cc)
-  int rc = OutputBench(c, id, data_dir, bytes);
+  int rc = OutputBench(c, id, data_dir, bytes, std::max(1, output_rounds));
   (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
   return rc;
 }
