@@ -23,9 +23,9 @@ void PutU32(std::string* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
+// A mux record holds at most this much (clients such as the Python SDK assemble whole
+// records), whether it is read into memory or sent from the page cache.
 constexpr size_t kReadChunk = 4 << 20;
-// Sent from the page cache, a record costs no buffer: larger ones mean fewer wake-ups.
-constexpr size_t kFileChunk = 16 << 20;
 
 using EmitFn = OutputEmitFn;
 using FinishFn = OutputFinishFn;
@@ -54,7 +54,7 @@ Awaitable<void> StreamOutput(
       // that has none yet).
       if ((s == OutputStream::kStdout ? info->stdout_size : info->stderr_size) <= off) continue;
       if (emit_file) {
-        auto ext = (*reader)->Find(s, off, kFileChunk);
+        auto ext = (*reader)->Find(s, off, kReadChunk);
         if (!ext || ext->length == 0) continue;
         co_await (*emit_file)(s, off, ext->fd, ext->length);
         off += ext->length;
