@@ -287,6 +287,8 @@ void Agent::StartConnection() {
   conn_events_ = 0;
   decoder_ = FrameDecoder();
   outq_.Clear();
+  struct stat st;
+  outq_.AllowSplice(::fstat(conn_.get(), &st) == 0 && S_ISSOCK(st.st_mode));
   SendHello();
   AGENT_LOG_DEBUG("host connected (%zu commands remembered)", commands_.size());
   UpdateConnectionInterest();

@@ -1,5 +1,6 @@
 #include "agent/out_queue.h"
 
+#include <fcntl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -62,10 +63,22 @@ void OutQueue::Clear() {
   items_.clear();
   pos_ = 0;
   pending_ = 0;
+  EmptyPipe();
+}
+
+void OutQueue::EmptyPipe() {
+  // Bytes moved into the pipe for a connection that is gone.
+  char buf[4096];
+  while (in_pipe_ > 0) {
+    ssize_t n = ::read(pipe_r_.get(), buf, std::min(sizeof buf, in_pipe_));
+    if (n <= 0) break;
+    in_pipe_ -= static_cast<size_t>(n);
+  }
+  in_pipe_ = 0;
 }
 
 void OutQueue::DropUnstarted() {
-  if (pos_ == 0) return Clear();
+  if (pos_ == 0 && in_pipe_ == 0) return Clear();
   while (items_.size() > 1) {
     pending_ -= items_.back().size();
     items_.pop_back();
@@ -87,9 +100,49 @@ void OutQueue::Consume(size_t n) {
   }
 }
 
+int OutQueue::SplicePayload(int fd) {
+  Item& f = items_.front();
+  if (in_pipe_ == 0) {
+    if (!pipe_r_) {
+      int p[2];
+      if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
+      pipe_r_.Reset(p[0]);
+      pipe_w_.Reset(p[1]);
+      (void)::fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(OutBlock::kCapacity));  // else more rounds
+    }
+    const size_t done = pos_ - f.head.size();
+    struct iovec v = {f.block->data.get() + f.begin + done, f.len - done};
+    ssize_t m = ::vmsplice(pipe_w_.get(), &v, 1, SPLICE_F_NONBLOCK);
+    if (m < 0 && errno == EINTR) return 0;
+    if (m <= 0) return -1;
+    in_pipe_ = static_cast<size_t>(m);
+  }
+  ssize_t w = ::splice(pipe_r_.get(), nullptr, fd, nullptr, in_pipe_, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+  if (w > 0) {
+    in_pipe_ -= static_cast<size_t>(w);
+    Consume(static_cast<size_t>(w));
+    return 0;
+  }
+  if (w < 0 && (errno == EINTR || errno == EAGAIN)) return errno == EAGAIN ? EAGAIN : 0;
+  // A connection that takes no spliced pages says so before taking any (EINVAL): the bytes
+  // go back out of the pipe and are written from the block instead.
+  if (w < 0 && errno == EINVAL) {
+    EmptyPipe();
+    return -1;
+  }
+  return w == 0 ? EPIPE : errno;
+}
+
 int OutQueue::Flush(int fd) {
   constexpr int kMaxIov = 64;
   while (!items_.empty()) {
+    if (in_pipe_ > 0 || (Spliced(items_.front()) && pos_ >= items_.front().head.size())) {
+      int r = SplicePayload(fd);
+      if (r == EAGAIN) return 0;
+      if (r > 0) return r;
+      if (r < 0) splice_ok_ = false;  // from here on, writev
+      continue;
+    }
     struct iovec iov[kMaxIov];
     int n = 0;
     size_t skip = pos_;
@@ -100,6 +153,7 @@ int OutQueue::Flush(int fd) {
       } else {
         skip -= it->head.size();
       }
+      if (Spliced(*it)) break;  // its payload goes through the pipe, after its header
       if (it->len > skip) {
         iov[n++] = {it->block->data.get() + it->begin + skip, it->len - skip};
       }

@@ -6,8 +6,16 @@
 // copied in user space, until the host acknowledges it (docs/agent-protocol.md, "Durable
 // output"): the command's unacknowledged chunks and the STDOUT/STDERR frames queued for the
 // socket both hold references to the block, and a queued data frame is just its header plus
-// a range of a block, gathered by writev(2) when written. A block is filled front to back,
-// once; bytes in it never change while anyone holds it.
+// a range of a block. A block is filled front to back, once; bytes in it never change while
+// anyone holds it.
+//
+// A large payload is not copied into the socket either: vmsplice(2) hands the block's pages
+// to a pipe and splice(2) moves them from there into the socket, where they stay until the
+// host has read them. That is safe because a block is reused only after the host has
+// acknowledged all of its bytes, which it does only once it has read them, or once it has
+// stored them from an earlier connection, when it skips whatever a frame still carries
+// below its log's end. Small payloads (and every payload where the connection cannot take
+// spliced pages) are gathered with writev(2).
 //
 // Blocks come from a BlockPool, which keeps released blocks for reuse: a fresh block's
 // pages cost a page fault and zeroing each (as much CPU as copying the bytes once more).
@@ -26,6 +34,7 @@
 #include <vector>
 
 #include "agent/protocol.h"
+#include "sys/sys.h"
 
 namespace space::agent {
 
@@ -77,6 +86,11 @@ class OutQueue {
   // Writes as much as `fd` takes without blocking. Returns 0, or the errno of a failed
   // write (the connection is then unusable); EAGAIN is not an error.
   int Flush(int fd);
+  // Payloads at least this large are spliced (above); smaller ones are copied.
+  static constexpr size_t kSpliceMin = 64u << 10;
+  // Whether payloads may be spliced into the connection at all: the agent allows it on
+  // sockets only (a microVM's serial port is written with writev).
+  void AllowSplice(bool allow) { splice_ok_ = allow; }
 
  private:
   struct Item {
@@ -86,10 +100,21 @@ class OutQueue {
     size_t size() const { return head.size() + len; }
   };
   void Consume(size_t n);
+  bool Spliced(const Item& it) const { return splice_ok_ && it.len >= kSpliceMin; }
+  // Moves the front item's payload (its header is written) through the pipe; 0, EAGAIN
+  // while the socket is full, another errno for a broken connection, or -1 when splicing
+  // does not work here (then it is not tried again).
+  int SplicePayload(int fd);
+  void EmptyPipe();
 
   std::deque<Item> items_;
-  size_t pos_ = 0;  // bytes of items_.front() already written
+  size_t pos_ = 0;  // bytes of items_.front() already written to the connection
   size_t pending_ = 0;
+  // The pipe between vmsplice and splice, made on first use; it holds in_pipe_ bytes of
+  // the front item's payload (the ones after pos_).
+  sys::UniqueFd pipe_r_, pipe_w_;
+  size_t in_pipe_ = 0;
+  bool splice_ok_ = false;  // allowed, and not refused by the kernel (or gVisor) so far
 };
 
 }  // namespace space::agent
