@@ -163,7 +163,7 @@ int Agent::Run() {
       }
     }
     CheckDeadlines();
-    blocks_.TrimIfIdle(MonotonicNanos());
+    if (blocks_.TrimIfIdle(MonotonicNanos())) outq_.ReleasePipe();
     if (opts_.fd >= 0 && !conn_live_ && MonotonicNanos() >= next_fd_poll_ns_) {
       // A serial port reports hang-up while no host is attached; once it stops, a new
       // host is there and gets a HELLO like any new connection.

@@ -453,11 +453,15 @@ void Agent::Pump() {
       auto chunk = o.chunks.begin();
       while (o.sent < o.produced && OutPending() < kOutHighWater) {
         while (chunk->end() <= o.sent) ++chunk;
-        // A frame per block (OutBlock::kCapacity <= kMaxDataChunk), referring to its bytes.
+        // A frame per block (OutBlock::kCapacity <= kMaxDataChunk), referring to its bytes;
+        // a retransmitted part and a first one are never in one frame (see sent_max).
         size_t begin = static_cast<size_t>(o.sent - chunk->offset);
         size_t n = chunk->block->used - begin;
-        outq_.PushData(type, stream, o.sent, chunk->block, begin, n);
+        const bool again = o.sent < o.sent_max;
+        if (again) n = static_cast<size_t>(std::min<uint64_t>(n, o.sent_max - o.sent));
+        outq_.PushData(type, stream, o.sent, chunk->block, begin, n, /*may_splice=*/!again);
         o.sent += n;
+        o.sent_max = std::max(o.sent_max, o.sent);
       }
       if (o.sent == o.produced) o.unsent_since_ns = 0;
     }

@@ -63,6 +63,12 @@ struct Agent::Output {
   uint32_t events = 0;  // registered epoll interest; 0 = not registered
   bool eof = false;     // EOF seen, or the pipe was closed after lingering
   uint64_t produced = 0, acked = 0, sent = 0;
+  // The end of everything ever queued for a host, on any connection. Bytes below it go out
+  // again only as copies, never spliced (OutQueue): a host may acknowledge them before it has
+  // read this connection's frames of them (it stored them from an earlier one), and the
+  // acknowledgement lets their block be reused while the socket still refers to its pages.
+  // Bytes sent for the first time can be acknowledged only once read.
+  uint64_t sent_max = 0;
   // Lingering: the main process has exited, the pipe has not reached EOF yet. It is cut
   // at linger_deadline_ns (extended by output read, up to linger_limit_ns). While the
   // agent does not read it (backpressure) the clock stops: blocked_since_ns is set and

@@ -31,9 +31,10 @@ BlockRef BlockPool::Get(int64_t now_ns) {
   });
 }
 
-void BlockPool::TrimIfIdle(int64_t now_ns) {
-  if (state_->free.empty() || now_ns - state_->last_get_ns < kIdleNs) return;
+bool BlockPool::TrimIfIdle(int64_t now_ns) {
+  if (state_->free.empty() || now_ns - state_->last_get_ns < kIdleNs) return false;
   std::vector<std::unique_ptr<OutBlock>>().swap(state_->free);
+  return true;
 }
 
 int64_t BlockPool::NextTrimNs() const {
@@ -48,13 +49,14 @@ void OutQueue::PushFrame(FrameType type, uint32_t stream, std::string_view paylo
 }
 
 void OutQueue::PushData(FrameType type, uint32_t stream, uint64_t offset, BlockRef block,
-                        size_t begin, size_t len) {
+                        size_t begin, size_t len, bool may_splice) {
   Item it;
   it.head.reserve(kDataHeaderSize);
   EncodeDataFrameHeader(type, stream, offset, len, &it.head);
   it.block = std::move(block);
   it.begin = begin;
   it.len = len;
+  it.may_splice = may_splice;
   pending_ += it.size();
   items_.push_back(std::move(it));
 }
@@ -75,6 +77,12 @@ void OutQueue::EmptyPipe() {
     in_pipe_ -= static_cast<size_t>(n);
   }
   in_pipe_ = 0;
+}
+
+void OutQueue::ReleasePipe() {
+  if (in_pipe_ > 0) return;
+  pipe_r_.Reset();
+  pipe_w_.Reset();
 }
 
 void OutQueue::DropUnstarted() {

@@ -9,13 +9,14 @@
 // a range of a block. A block is filled front to back, once; bytes in it never change while
 // anyone holds it.
 //
-// A large payload is not copied into the socket either: vmsplice(2) hands the block's pages
-// to a pipe and splice(2) moves them from there into the socket, where they stay until the
-// host has read them. That is safe because a block is reused only after the host has
-// acknowledged all of its bytes, which it does only once it has read them, or once it has
-// stored them from an earlier connection, when it skips whatever a frame still carries
-// below its log's end. Small payloads (and every payload where the connection cannot take
-// spliced pages) are gathered with writev(2).
+// A large payload sent for the first time is not copied into the socket either: vmsplice(2)
+// hands the block's pages to a pipe and splice(2) moves them from there into the socket,
+// where they stay until the host has read them. That is safe because a block is reused only
+// after the host has acknowledged all of its bytes, and a host can acknowledge bytes it has
+// never been sent only once it has read them. A retransmission is different (the host may
+// have stored those bytes from an earlier connection and acknowledge them before reading
+// this one's frames), so retransmitted payloads, small ones, and every payload where the
+// connection cannot take spliced pages are copied, gathered with writev(2).
 //
 // Blocks come from a BlockPool, which keeps released blocks for reuse: a fresh block's
 // pages cost a page fault and zeroing each (as much CPU as copying the bytes once more).
@@ -53,8 +54,8 @@ class BlockPool {
   // An empty block: a pooled one if any, else a new one. Released (its last reference
   // dropped) it returns to the pool.
   BlockRef Get(int64_t now_ns);
-  // Frees the pooled blocks once none was taken for kIdleNs.
-  void TrimIfIdle(int64_t now_ns);
+  // Frees the pooled blocks once none was taken for kIdleNs; true if it freed any.
+  bool TrimIfIdle(int64_t now_ns);
   // When TrimIfIdle has something to do; 0 when the pool is empty.
   int64_t NextTrimNs() const;
   size_t pooled() const { return state_->free.size(); }
@@ -73,9 +74,10 @@ class OutQueue {
   // Appends a whole frame (control frames: HELLO, RESPONSE, EXIT).
   void PushFrame(FrameType type, uint32_t stream, std::string_view payload);
   // Appends a STDOUT/STDERR frame of block bytes [begin, begin + len) at stream `offset`,
-  // without copying them.
+  // without copying them; `may_splice` lets a large one be spliced (bytes sent for the
+  // first time; see the file comment).
   void PushData(FrameType type, uint32_t stream, uint64_t offset, BlockRef block, size_t begin,
-                size_t len);
+                size_t len, bool may_splice);
   // Bytes queued and not yet written.
   size_t pending() const { return pending_; }
   // Drops everything (the connection is gone).
@@ -91,16 +93,23 @@ class OutQueue {
   // Whether payloads may be spliced into the connection at all: the agent allows it on
   // sockets only (a microVM's serial port is written with writev).
   void AllowSplice(bool allow) { splice_ok_ = allow; }
+  // Closes the splice pipe unless it holds bytes (when output has gone quiet): pipe buffers
+  // count against a per-user limit that all sandboxes' processes share on the host (their
+  // root is one uid there), and past it every new pipe gets two pages.
+  void ReleasePipe();
 
  private:
   struct Item {
     std::string head;  // a whole control frame, or a data frame's header
     BlockRef block;    // a data frame's payload: block->data[begin, begin + len)
     size_t begin = 0, len = 0;
+    bool may_splice = false;
     size_t size() const { return head.size() + len; }
   };
   void Consume(size_t n);
-  bool Spliced(const Item& it) const { return splice_ok_ && it.len >= kSpliceMin; }
+  bool Spliced(const Item& it) const {
+    return splice_ok_ && it.may_splice && it.len >= kSpliceMin;
+  }
   // Moves the front item's payload (its header is written) through the pipe; 0, EAGAIN
   // while the socket is full, another errno for a broken connection, or -1 when splicing
   // does not work here (then it is not tried again).
