@@ -10,6 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "agent/protocol.h"
@@ -209,27 +211,44 @@ void WriteInPieces(int fd, std::string_view wire, size_t seed) {
   }
 }
 
+// Handlers that store output in a real OutputLog up to `limit` (as core's guards hold
+// output at a quota: frames past a held stream's end wait for the retransmission), counting
+// the calls and keeping the first error.
+struct LogSink {
+  explicit LogSink(const std::string& dir, const std::string& cid) {
+    auto l = store::OutputLog::Open(dir, cid);
+    EXPECT_TRUE(l);
+    if (l) log = std::move(*l);
+  }
+  AgentSession::Handlers Handlers() {
+    AgentSession::Handlers h;
+    h.on_output = [this](uint32_t, store::OutputStream s, uint64_t o,
+                         store::OutputBytes& b) -> Result<uint64_t> {
+      std::lock_guard l(mu);
+      ++calls;
+      if (o > log->Size(s)) return log->Size(s);
+      auto size = log->Append(s, o, b, limit);
+      if (!size && error.empty()) error = size.error().message;
+      return size;
+    };
+    h.on_exit = [](uint32_t, const Json&) -> Status { return Ok(); };
+    h.on_disconnect = [](const Error& e) { ADD_FAILURE() << "lost: " << e.message; };
+    return h;
+  }
+  std::mutex mu;
+  std::unique_ptr<store::OutputLog> log;
+  uint64_t limit = UINT64_MAX;
+  int calls = 0;
+  std::string error;
+};
+
 TEST_F(AgentSessionTest, LargeFramesGoIntoTheLogInPiecesAndAreAcked) {
   // 1 MiB frames (the agent's largest) on both streams, sent in pieces of odd sizes: their
   // output is moved from the socket into a real OutputLog (spliced, never assembled), in
   // order, and ACKed to the end.
-  auto log = store::OutputLog::Open(dir_.path() + "/logs", "cmd-1");
-  ASSERT_TRUE(log);
-  std::mutex mu;
-  int calls = 0;
-  std::string error;
-  AgentSession::Handlers h;
-  h.on_output = [&](uint32_t, store::OutputStream s, uint64_t o,
-                    store::OutputBytes& b) -> Result<uint64_t> {
-    std::lock_guard l(mu);
-    ++calls;
-    auto size = (*log)->Append(s, o, b);
-    if (!size) error = size.error().message;
-    return size;
-  };
-  h.on_exit = [](uint32_t, const Json&) -> Status { return Ok(); };
-  h.on_disconnect = [&](const Error& e) { ADD_FAILURE() << "lost: " << e.message; };
-  auto c = Open(Path(0), std::move(h));
+  LogSink sink(dir_.path() + "/logs", "cmd-1");
+  ASSERT_TRUE(sink.log);
+  auto c = Open(Path(0), sink.Handlers());
   ASSERT_TRUE(c.session);
   constexpr int kFrames = 24;
   const size_t kErrFrame = 300000;  // stderr frames in between, not a multiple of a page
@@ -255,12 +274,12 @@ TEST_F(AgentSessionTest, LargeFramesGoIntoTheLogInPiecesAndAreAcked) {
     return f.type == FrameType::kAck && a && a->fd == 1 && a->offset == total;
   }));
   writer.join();
-  std::lock_guard l(mu);
-  EXPECT_EQ(error, "");
-  EXPECT_GT(calls, kFrames + 8);  // in pieces, not one call per frame
+  std::lock_guard l(sink.mu);
+  EXPECT_EQ(sink.error, "");
+  EXPECT_GT(sink.calls, kFrames + 8);  // in pieces, not one call per frame
   for (auto s : {store::OutputStream::kStdout, store::OutputStream::kStderr}) {
     const uint64_t want = s == store::OutputStream::kStdout ? total : 8 * kErrFrame;
-    ASSERT_EQ((*log)->Size(s), want);
+    ASSERT_EQ(sink.log->Size(s), want);
     auto got = store::ReadOutput(dir_.path() + "/logs", "cmd-1", s, 0, want);
     ASSERT_TRUE(got);
     EXPECT_TRUE(*got == OutputBytesAt(s, 0, want)) << "stream " << static_cast<int>(s);
@@ -271,24 +290,10 @@ TEST_F(AgentSessionTest, OutputAHandlerLeavesIsDroppedAndTheStreamStaysInStep) {
   // A handler that stores only up to a limit (a quota, a full disk) leaves the rest of a
   // spliced frame in the socket: the session drops it, reads the frames after it correctly,
   // and ACKs only what was stored; the retransmission from there completes the log.
-  auto log = store::OutputLog::Open(dir_.path() + "/logs", "cmd-2");
-  ASSERT_TRUE(log);
-  std::mutex mu;
-  uint64_t limit = 1500000;  // in the middle of the second frame
-  std::string error;
-  AgentSession::Handlers h;
-  h.on_output = [&](uint32_t, store::OutputStream s, uint64_t o,
-                    store::OutputBytes& b) -> Result<uint64_t> {
-    std::lock_guard l(mu);
-    // As core's guards do: frames beyond a held stream's end wait for the retransmission.
-    if (o > (*log)->Size(s)) return (*log)->Size(s);
-    auto size = (*log)->Append(s, o, b, limit);
-    if (!size) error = size.error().message;
-    return size;
-  };
-  h.on_exit = [](uint32_t, const Json&) -> Status { return Ok(); };
-  h.on_disconnect = [&](const Error& e) { ADD_FAILURE() << "lost: " << e.message; };
-  auto c = Open(Path(0), std::move(h));
+  LogSink sink(dir_.path() + "/logs", "cmd-2");
+  ASSERT_TRUE(sink.log);
+  sink.limit = 1500000;  // in the middle of the second frame
+  auto c = Open(Path(0), sink.Handlers());
   ASSERT_TRUE(c.session);
   const auto kOut = store::OutputStream::kStdout;
   auto frames = [&](uint64_t from, uint64_t to) {
@@ -310,9 +315,9 @@ TEST_F(AgentSessionTest, OutputAHandlerLeavesIsDroppedAndTheStreamStaysInStep) {
     return f.type == FrameType::kAck && f.stream == 7 && a && a->fd == 0;
   }));
   {
-    std::lock_guard l(mu);
-    EXPECT_EQ((*log)->Size(kOut), limit);
-    limit = UINT64_MAX;
+    std::lock_guard l(sink.mu);
+    EXPECT_EQ(sink.log->Size(kOut), sink.limit);
+    sink.limit = UINT64_MAX;
   }
   // The agent retransmits from the last ACK (the durable size).
   WriteInPieces(c.peer->fd(), frames(1500000 - 1500000 % 4096, total), 2);
@@ -320,8 +325,8 @@ TEST_F(AgentSessionTest, OutputAHandlerLeavesIsDroppedAndTheStreamStaysInStep) {
     auto a = agent::DecodeAck(f.payload);
     return f.type == FrameType::kAck && a && a->fd == 1 && a->offset == total;
   }));
-  std::lock_guard l(mu);
-  EXPECT_EQ(error, "");
+  std::lock_guard l(sink.mu);
+  EXPECT_EQ(sink.error, "");
   auto got = store::ReadOutput(dir_.path() + "/logs", "cmd-2", kOut, 0, total);
   ASSERT_TRUE(got);
   EXPECT_TRUE(*got == OutputBytesAt(kOut, 0, total));

@@ -34,6 +34,20 @@ std::string MakeRandomFile(client::Client& c, const std::string& sb, int mib) {
 class OutputTest : public ::testing::Test {
  protected:
   void SetUp() override { SPACE_REQUIRE_SANDBOXES(); }
+
+  // Starts `cat` of `mib` MiB of random bytes in a new sandbox of `d`: sb_, md5_, cid_.
+  void StartCat(Daemon& d, int mib) {
+    auto& c = d.client();
+    sb_ = CreateSandbox(c);
+    ASSERT_FALSE(sb_.empty());
+    md5_ = MakeRandomFile(c, sb_, mib);
+    ASSERT_EQ(md5_.size(), 32u);
+    auto started = c.StartCommand(sb_, {{"cmd", "cat /root/r"}});
+    ASSERT_TRUE(started);
+    cid_ = (*started)["id"];
+  }
+
+  std::string sb_, md5_, cid_;
 };
 
 TEST_F(OutputTest, ASlowReaderOfMoreThanTheWindowGetsEveryByteAndHoldsNothingBack) {
@@ -43,13 +57,8 @@ TEST_F(OutputTest, ASlowReaderOfMoreThanTheWindowGetsEveryByteAndHoldsNothingBac
   Daemon d;
   ASSERT_TRUE(d.Start());
   auto& c = d.client();
-  const std::string sb = CreateSandbox(c);
-  ASSERT_FALSE(sb.empty());
-  const std::string md5 = MakeRandomFile(c, sb, 48);
-  ASSERT_EQ(md5.size(), 32u);
-  auto started = c.StartCommand(sb, {{"cmd", "cat /root/r"}});
-  ASSERT_TRUE(started);
-  const std::string cid = (*started)["id"];
+  ASSERT_NO_FATAL_FAILURE(StartCat(d, 48));
+  const std::string &sb = sb_, &cid = cid_;
   client::MuxOffsets off;
   std::string out;
   bool exited_while_reading = false;
@@ -67,7 +76,7 @@ TEST_F(OutputTest, ASlowReaderOfMoreThanTheWindowGetsEveryByteAndHoldsNothingBac
   ASSERT_TRUE(fin) << fin.error().message;
   EXPECT_EQ((*fin)["exit_code"], 0);
   ASSERT_EQ(out.size(), 48u << 20);
-  EXPECT_EQ(Md5(out), md5);
+  EXPECT_EQ(Md5(out), md5_);
   // By the time a third had been read (two seconds) the command had long finished.
   EXPECT_TRUE(exited_while_reading);
 }
@@ -126,14 +135,8 @@ TEST_F(OutputTest, SigkillOfSpacedDuringAFastProducerLosesNothing) {
   // restart the agent retransmits what was not acknowledged and the log is whole.
   Daemon d;
   ASSERT_TRUE(d.Start());
-  auto& c = d.client();
-  const std::string sb = CreateSandbox(c);
-  ASSERT_FALSE(sb.empty());
-  const std::string md5 = MakeRandomFile(c, sb, 384);
-  ASSERT_EQ(md5.size(), 32u);
-  auto started = c.StartCommand(sb, {{"cmd", "cat /root/r"}});
-  ASSERT_TRUE(started);
-  const std::string cid = (*started)["id"];
+  ASSERT_NO_FATAL_FAILURE(StartCat(d, 384));
+  const std::string &sb = sb_, &cid = cid_;
   const std::string log = d.data_dir() + "/logs/" + sb + "/" + cid + ".stdout";
   // Kill once a good part is stored, well before the end.
   uint64_t at_kill = 0;
@@ -168,7 +171,7 @@ TEST_F(OutputTest, SigkillOfSpacedDuringAFastProducerLosesNothing) {
   });
   ASSERT_TRUE(fin) << fin.error().message;
   ASSERT_EQ(out.size(), 384u << 20);
-  EXPECT_EQ(Md5(out), md5);
+  EXPECT_EQ(Md5(out), md5_);
 }
 
 }  // namespace
