@@ -3,12 +3,13 @@
 //
 //   create -> first output of `echo`   vs  bare `crun run -d` -> first output, same rootfs
 //   command round trip (`true`)        vs  bare fork+exec+wait of /bin/true
-//   output throughput of one command (head -c 1G /dev/zero), end to end over HTTP
+//   output throughput of one command (dd bs=1M of 1 GiB), end to end over HTTP, vs the
+//   producer alone in the sandbox and the host writing a file (bench/output_bench.cc)
 //   with --microvm N: microVM cold boot vs start from the template snapshot (each to first
 //   output), full snapshot time and size of a 256 MiB guest, fork of a running VM
 //
 // Usage: space_bench --url URL --key KEY --data-dir DIR [--n 30] [--bytes 1073741824]
-//        [--runtimes oci gvisor [--runtimes-only]]
+//        [--runtimes oci gvisor [--runtimes-only]] [--output-only]
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -23,6 +24,7 @@
 #include <memory>
 #include <thread>
 
+#include "bench/output_bench.h"
 #include "bench/stats.h"
 #include "cli/client.h"
 #include "sys/sys.h"
@@ -284,11 +286,26 @@ int main(int argc, char** argv) {
   app.add_option("--runtimes", runtimes, "runtime comparison, first is the baseline (e.g. oci gvisor)");
   bool runtimes_only = false;
   app.add_flag("--runtimes-only", runtimes_only, "only the runtime comparison");
+  bool output_only = false;
+  app.add_flag("--output-only", output_only, "only the output throughput figures");
+  int output_rounds = 3;
+  app.add_option("--output-rounds", output_rounds, "end-to-end and file-write rounds (medians)");
   CLI11_PARSE(app, argc, argv);
   client::Client c(url, key);
   if (!c.Health()) {
     std::fprintf(stderr, "spaced is not answering at %s\n", url.c_str());
     return 1;
+  }
+  if (output_only) {
+    auto sb = c.CreateSandboxAndWait(Json::object(), std::chrono::seconds(60));
+    if (!sb) {
+      std::fprintf(stderr, "create: %s\n", sb.error().message.c_str());
+      return 1;
+    }
+    std::string id = (*sb)["id"];
+    int rc = OutputBench(c, id, data_dir, bytes, std::max(1, output_rounds));
+    (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
+    return rc;
   }
   if (!runtimes.empty()) {
     if (int rc = RuntimesBench(c, runtimes, n); rc != 0) return rc;
@@ -485,38 +502,8 @@ int main(int argc, char** argv) {
     }
   }
 
-  // ---- output throughput
-  std::string producer = "head -c " + std::to_string(bytes) + " /dev/zero";
-  if (const char* p = std::getenv("SPACE_BENCH_PRODUCER")) producer = p;
-  auto cmd = c.StartCommand(id, {{"cmd", producer}});
-  if (!cmd) return 1;
-  client::MuxOffsets off;
-  uint64_t got = 0;
-  auto t0 = Clock::now();
-  auto fin = c.FollowOutput(id, (*cmd)["id"].get<std::string>(), off,
-                            [&](client::MuxKind k, std::string_view b) {
-                              if (k == client::MuxKind::kStdout) got += b.size();
-                              return true;
-                            });
-  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  // Baseline: writing the same number of bytes into a new file beside the output logs,
-  // which every byte must pass through (page-cache writes of new files are the floor here).
-  double base_secs = 0;
-  {
-    std::string path = data_dir + "/logs/bench-baseline.bin";
-    auto fd = sys::Open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd) {
-      std::string block(1 << 20, '\0');
-      auto b0 = Clock::now();
-      for (int64_t done = 0; done < bytes; done += block.size()) (void)sys::WriteAll(fd->get(), block);
-      base_secs = std::chrono::duration<double>(Clock::now() - b0).count();
-      ::unlink(path.c_str());
-    }
-  }
-  std::printf("%-34s %lld bytes in %.2f s = %.0f MB/s, complete: %s | baseline file write %.0f MB/s | ratio %.2fx\n",
-              "output throughput (1 command)", static_cast<long long>(got), secs, got / secs / 1e6,
-              got == static_cast<uint64_t>(bytes) && fin ? "yes" : "NO",
-              base_secs > 0 ? bytes / base_secs / 1e6 : 0.0, base_secs > 0 ? secs / base_secs : 0.0);
+  // ---- output throughput (bench/output_bench.cc)
+  int rc = OutputBench(c, id, data_dir, bytes, std::max(1, output_rounds));
   (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
-  return got == static_cast<uint64_t>(bytes) ? 0 : 1;
+  return rc;
 }

@@ -163,6 +163,7 @@ int Agent::Run() {
       }
     }
     CheckDeadlines();
+    if (blocks_.TrimIfIdle(MonotonicNanos())) outq_.ReleasePipe();
     if (opts_.fd >= 0 && !conn_live_ && MonotonicNanos() >= next_fd_poll_ns_) {
       // A serial port reports hang-up while no host is attached; once it stops, a new
       // host is there and gets a HELLO like any new connection.
@@ -199,6 +200,7 @@ int Agent::NextTimeoutMs() const {
   }
   if (shutting_down_) next = std::min(next, shutdown_deadline_ns_);
   if (opts_.fd >= 0 && !conn_live_) next = std::min(next, next_fd_poll_ns_);
+  if (int64_t trim = blocks_.NextTrimNs()) next = std::min(next, trim);
   if (next == INT64_MAX) return -1;
   int64_t left = next - MonotonicNanos();
   if (left <= 0) return 0;
@@ -268,6 +270,10 @@ void Agent::Accept() {
       ReadConnection();
       if (conn_) DropConnection("replaced by a new connection");
     }
+    // Output leaves in frames of up to 1 MiB: a default-sized send buffer (~200 KiB) would
+    // take each in pieces, a wake-up (and a host read) per piece. Capped by wmem_max.
+    int sndbuf = 4 << 20;
+    (void)::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     conn_.Reset(fd);
     StartConnection();
   }
@@ -280,8 +286,9 @@ void Agent::StartConnection() {
   ++conn_gen_;
   conn_events_ = 0;
   decoder_ = FrameDecoder();
-  out_.clear();
-  out_pos_ = 0;
+  outq_.Clear();
+  struct stat st;
+  outq_.AllowSplice(::fstat(conn_.get(), &st) == 0 && S_ISSOCK(st.st_mode));
   SendHello();
   AGENT_LOG_DEBUG("host connected (%zu commands remembered)", commands_.size());
   UpdateConnectionInterest();
@@ -300,8 +307,7 @@ void Agent::DropConnection(const char* why) {
   AGENT_LOG_INFO("host connection closed: %s", why);
   SetInterest(conn_.get(), 0, 0, &conn_events_);
   conn_live_ = false;
-  out_.clear();
-  out_pos_ = 0;
+  outq_.Clear();
   decoder_ = FrameDecoder();
   if (opts_.fd >= 0) {
     next_fd_poll_ns_ = MonotonicNanos() + kFdPollIntervalNs;
@@ -356,7 +362,7 @@ void Agent::HandleFrame(Frame& f) {
     // Frames queued and not yet begun are dropped (they are retransmitted); a frame
     // partly written is finished first, so the stream stays well-formed.
     AGENT_LOG_DEBUG("host asked for HELLO");
-    if (out_pos_ == 0) out_.clear();
+    outq_.DropUnstarted();
     SendHello();
     return;
   }
@@ -378,33 +384,12 @@ void Agent::HandleFrame(Frame& f) {
 
 void Agent::SendFrame(FrameType type, uint32_t stream, std::string_view payload) {
   if (!conn_live_) return;
-  EncodeFrame(type, stream, payload, &out_);
+  outq_.PushFrame(type, stream, payload);
 }
 
 void Agent::Flush() {
   if (!conn_live_) return;
-  while (out_pos_ < out_.size()) {
-    ssize_t n = ::write(conn_.get(), out_.data() + out_pos_, out_.size() - out_pos_);
-    if (n > 0) {
-      out_pos_ += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) break;
-    DropConnection(n == 0 ? "write returned 0" : strerror(errno));
-    return;
-  }
-  if (out_pos_ == out_.size()) {
-    out_pos_ = 0;
-    // Give big buffers back once idle: many idle sandboxes each hold an agent.
-    if (out_.capacity() > (256u << 10))
-      std::string().swap(out_);
-    else
-      out_.clear();
-  } else if (out_pos_ >= (1u << 20)) {
-    out_.erase(0, out_pos_);
-    out_pos_ = 0;
-  }
+  if (int err = outq_.Flush(conn_.get())) DropConnection(strerror(err));
 }
 
 void Agent::Respond(uint32_t request, const Json& json, std::string_view body) {

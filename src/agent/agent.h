@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "agent/files.h"
+#include "agent/out_queue.h"
 #include "agent/protocol.h"
 #include "common/common.h"
 #include "sys/sys.h"
@@ -75,7 +76,7 @@ class Agent {
   void Flush();
   void UpdateConnectionInterest();
   bool connected() const { return conn_live_; }
-  size_t OutPending() const { return out_.size() - out_pos_; }
+  size_t OutPending() const { return outq_.pending(); }
   void SendFrame(FrameType type, uint32_t stream, std::string_view payload);
   void Respond(uint32_t request, const Json& json, std::string_view body = {});
   void RespondError(uint32_t request, const Error& e);
@@ -119,9 +120,9 @@ class Agent {
   uint32_t conn_gen_ = 0;  // tags epoll events of the connection
   uint32_t conn_events_ = 0;
   FrameDecoder decoder_;
-  std::string out_;  // encoded frames not yet written
-  size_t out_pos_ = 0;
-  std::unique_ptr<char[]> scratch_;  // read buffer, kMaxDataChunk bytes
+  BlockPool blocks_;  // of command output (agent/out_queue.h)
+  OutQueue outq_;    // frames not yet written to the connection
+  std::unique_ptr<char[]> scratch_;  // read buffer of the connection, kScratchSize bytes
 
   std::map<uint32_t, std::unique_ptr<Command>> commands_;  // by stream
   std::unordered_map<pid_t, uint32_t> pids_;               // unreaped main pids

@@ -208,15 +208,14 @@ void Agent::ReadOutput(Command& c, int index) {
   for (int round = 0; !o.eof && round < 64; ++round) {
     uint64_t inflight = o.produced - o.acked;
     if (inflight >= opts_.window) break;
-    size_t want = static_cast<size_t>(std::min<uint64_t>(opts_.window - inflight, kScratchSize));
-    ssize_t n = ::read(o.pipe.get(), scratch_.get(), want);
+    // Straight into the block the bytes will be kept (and sent) from: no copy.
+    if (o.chunks.empty() || o.chunks.back().block->room() < kMinBlockRead)
+      o.chunks.push_back({o.produced, blocks_.Get(MonotonicNanos())});
+    OutBlock& b = *o.chunks.back().block;
+    size_t want = static_cast<size_t>(std::min<uint64_t>(opts_.window - inflight, b.room()));
+    ssize_t n = ::read(o.pipe.get(), b.data.get() + b.used, want);
     if (n > 0) {
-      std::string_view data(scratch_.get(), static_cast<size_t>(n));
-      if (!o.chunks.empty() && o.chunks.back().data.size() + data.size() <= kMaxDataChunk) {
-        o.chunks.back().data.append(data);
-      } else {
-        o.chunks.push_back({o.produced, std::string(data)});
-      }
+      b.used += static_cast<size_t>(n);
       o.produced += static_cast<uint64_t>(n);
       if (static_cast<size_t>(n) < want) break;  // drained for now
       continue;
@@ -312,8 +311,7 @@ void Agent::OnAck(uint32_t stream, std::string_view payload) {
   // The host's log may be ahead of what this connection sent (it stored bytes from the
   // previous connection but died before acking them).
   o.sent = std::max(o.sent, o.acked);
-  while (!o.chunks.empty() && o.chunks.front().offset + o.chunks.front().data.size() <= o.acked)
-    o.chunks.pop_front();
+  while (!o.chunks.empty() && o.chunks.front().end() <= o.acked) o.chunks.pop_front();
 }
 
 void Agent::OnStdin(uint32_t stream, std::string_view payload) {
@@ -454,11 +452,16 @@ void Agent::Pump() {
       }
       auto chunk = o.chunks.begin();
       while (o.sent < o.produced && OutPending() < kOutHighWater) {
-        while (chunk->offset + chunk->data.size() <= o.sent) ++chunk;
-        size_t skip = static_cast<size_t>(o.sent - chunk->offset);
-        size_t n = std::min<size_t>(chunk->data.size() - skip, kMaxDataChunk);
-        EncodeDataFrame(type, stream, o.sent, std::string_view(chunk->data).substr(skip, n), &out_);
+        while (chunk->end() <= o.sent) ++chunk;
+        // A frame per block (OutBlock::kCapacity <= kMaxDataChunk), referring to its bytes;
+        // a retransmitted part and a first one are never in one frame (see sent_max).
+        size_t begin = static_cast<size_t>(o.sent - chunk->offset);
+        size_t n = chunk->block->used - begin;
+        const bool again = o.sent < o.sent_max;
+        if (again) n = static_cast<size_t>(std::min<uint64_t>(n, o.sent_max - o.sent));
+        outq_.PushData(type, stream, o.sent, chunk->block, begin, n, /*may_splice=*/!again);
         o.sent += n;
+        o.sent_max = std::max(o.sent_max, o.sent);
       }
       if (o.sent == o.produced) o.unsent_since_ns = 0;
     }

@@ -12,6 +12,7 @@
 
 #include "agent/agent.h"
 #include "agent/exec.h"
+#include "agent/out_queue.h"
 #include "common/json.h"
 
 namespace space::agent {
@@ -36,6 +37,9 @@ inline uint64_t Tag(Kind k, uint32_t id) { return (static_cast<uint64_t>(k) << 3
 // output into frames (and stops reading pipes) until the host catches up.
 inline constexpr size_t kOutHighWater = 2u << 20;
 inline constexpr size_t kScratchSize = kMaxDataChunk;
+// A pipe read goes into the last block while it has at least this much room, else into a
+// new block: reads stay large, and a trickle of small output shares one block.
+inline constexpr size_t kMinBlockRead = 64u << 10;
 inline constexpr int64_t kCoalesceNs = 2'000'000;      // hold small output at most this long
 inline constexpr uint64_t kCoalesceBytes = 256 << 10;  // ... and only while less than this
 inline constexpr int64_t kShutdownGraceNs = 5'000'000'000;
@@ -48,14 +52,23 @@ inline int64_t RealtimeNanos() {
 }
 
 struct Agent::Output {
+  // Output bytes [offset, offset + block->used): consecutive chunks, the last one ending at
+  // `produced` (only it grows, while its block has room).
   struct Chunk {
     uint64_t offset;
-    std::string data;
+    BlockRef block;
+    uint64_t end() const { return offset + block->used; }
   };
   sys::UniqueFd pipe;
   uint32_t events = 0;  // registered epoll interest; 0 = not registered
   bool eof = false;     // EOF seen, or the pipe was closed after lingering
   uint64_t produced = 0, acked = 0, sent = 0;
+  // The end of everything ever queued for a host, on any connection. Bytes below it go out
+  // again only as copies, never spliced (OutQueue): a host may acknowledge them before it has
+  // read this connection's frames of them (it stored them from an earlier one), and the
+  // acknowledgement lets their block be reused while the socket still refers to its pages.
+  // Bytes sent for the first time can be acknowledged only once read.
+  uint64_t sent_max = 0;
   // Lingering: the main process has exited, the pipe has not reached EOF yet. It is cut
   // at linger_deadline_ns (extended by output read, up to linger_limit_ns). While the
   // agent does not read it (backpressure) the clock stops: blocked_since_ns is set and

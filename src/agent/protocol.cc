@@ -151,18 +151,32 @@ std::string EncodeData(uint64_t offset, std::string_view bytes) {
   return out;
 }
 
-void EncodeDataFrame(FrameType type, uint32_t stream, uint64_t offset, std::string_view bytes,
-                     std::string* out) {
-  PutU32(out, static_cast<uint32_t>(8 + bytes.size()));
+void EncodeDataFrameHeader(FrameType type, uint32_t stream, uint64_t offset, size_t length,
+                           std::string* out) {
+  PutU32(out, static_cast<uint32_t>(8 + length));
   out->push_back(static_cast<char>(type));
   PutU32(out, stream);
   PutU64(out, offset);
+}
+
+void EncodeDataFrame(FrameType type, uint32_t stream, uint64_t offset, std::string_view bytes,
+                     std::string* out) {
+  EncodeDataFrameHeader(type, stream, offset, bytes.size(), out);
   out->append(bytes.data(), bytes.size());
 }
 
 Result<DataChunk> DecodeData(std::string_view payload) {
   if (payload.size() < 8) return Fail(Errc::kInvalidArgument, "agent data: short header");
   return DataChunk{GetU64(payload.data()), payload.substr(8)};
+}
+
+std::optional<DataHeader> PeekDataHeader(std::string_view in) {
+  if (in.size() < kDataHeaderSize) return std::nullopt;
+  const uint32_t len = GetU32(in.data());
+  const auto type = static_cast<FrameType>(in[4]);
+  if (type != FrameType::kStdout && type != FrameType::kStderr) return std::nullopt;
+  if (len < 8 || len > kMaxPayload) return std::nullopt;
+  return DataHeader{type, GetU32(in.data() + 5), GetU64(in.data() + kHeaderSize), len - 8u};
 }
 
 std::string EncodeAck(uint8_t fd, uint64_t offset) {

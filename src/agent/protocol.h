@@ -87,6 +87,14 @@ class FrameDecoder {
   size_t Needed() const;
   // Frees the buffer when nothing is buffered: an idle connection then holds no memory.
   void Release();
+  // The unread input (the start of a frame in progress); valid until the next call of a
+  // non-const method.
+  std::string_view Pending() const { return std::string_view(buf_.data() + pos_, end_ - pos_); }
+  // Drops the unread input (its reader took the frame in progress over) and the buffer.
+  void Clear() {
+    pos_ = end_ = 0;
+    std::string().swap(buf_);
+  }
 
  private:
   void Compact();
@@ -114,7 +122,22 @@ std::string EncodeData(uint64_t offset, std::string_view bytes);
 // EncodeFrame(type, stream, EncodeData(offset, bytes), out) without the temporary copy.
 void EncodeDataFrame(FrameType type, uint32_t stream, uint64_t offset, std::string_view bytes,
                      std::string* out);
+// Appends only the first kDataHeaderSize bytes of such a frame (header and offset) for
+// `length` bytes of output, which the caller sends right after it.
+inline constexpr size_t kDataHeaderSize = kHeaderSize + 8;
+void EncodeDataFrameHeader(FrameType type, uint32_t stream, uint64_t offset, size_t length,
+                           std::string* out);
 Result<DataChunk> DecodeData(std::string_view payload);
+// The first kDataHeaderSize bytes of a STDOUT/STDERR frame at the start of `in`, whose
+// output may not have arrived yet: nullopt if `in` is shorter, or starts with another type
+// of frame or one too short to be data. Frame-level errors are PeekFrame's to report.
+struct DataHeader {
+  FrameType type;
+  uint32_t stream = 0;
+  uint64_t offset = 0;
+  size_t length = 0;  // bytes of output (the payload less its offset)
+};
+std::optional<DataHeader> PeekDataHeader(std::string_view in);
 
 // Acknowledgement: u8 fd (1 stdout, 2 stderr, 0 exit) | u64 offset (bytes durable below it).
 struct Ack {

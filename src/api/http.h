@@ -106,6 +106,12 @@ struct Ctx {
   Awaitable<void> WriteChunk(std::string_view data);
   // One chunk made of two pieces (e.g. a record header and its payload), without copying.
   Awaitable<void> WriteChunk(std::string_view head, std::string_view data);
+  // One chunk of `head` and then bytes [offset, offset + length) of file `fd`, which must
+  // exist: they go from the page cache to the socket with sendfile(2), never through user
+  // space. A file that turns out shorter ends the connection (throws), as a failed write
+  // does: a chunk that promised more cannot be finished.
+  Awaitable<void> WriteChunkFromFile(std::string_view head, int fd, uint64_t offset,
+                                     size_t length);
   Awaitable<void> EndChunked();
 
   // Runs fn() on the blocking pool and resumes on this connection's strand.
@@ -175,12 +181,17 @@ Awaitable<bool> AwaitOrFail(Ctx& ctx, store::OperationRecord* op, int64_t wait_m
 // Streams both outputs of a command from the given offsets until it ends: `emit(stream,
 // offset, bytes)` for data, then `finish(info)`; `keepalive()` after 15 s without output.
 // Returns early (without finish) if the command cannot be read.
+// With `emit_file`, data goes to it instead as (stream, offset, log file fd, length): the
+// bytes are in that file at that offset, for Ctx::WriteChunkFromFile.
 using OutputEmitFn = std::function<Awaitable<void>(store::OutputStream, uint64_t, std::string_view)>;
+using OutputEmitFileFn =
+    std::function<Awaitable<void>(store::OutputStream, uint64_t, int fd, size_t length)>;
 using OutputFinishFn = std::function<Awaitable<void>(const core::CommandInfo&)>;
 using OutputKeepaliveFn = std::function<Awaitable<void>()>;
 Awaitable<void> StreamOutput(Ctx& ctx, std::string sb, std::string cid, uint64_t out_off,
                              uint64_t err_off, const OutputEmitFn& emit,
-                             const OutputFinishFn& finish, const OutputKeepaliveFn& keepalive);
+                             const OutputFinishFn& finish, const OutputKeepaliveFn& keepalive,
+                             const OutputEmitFileFn* emit_file = nullptr);
 
 // Parses ?wait=30s (capped at 5 minutes); 0 if absent; -1 if malformed. The request parsers
 // (target, query values, bodies) are in api/parse.h.

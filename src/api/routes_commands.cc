@@ -23,6 +23,8 @@ void PutU32(std::string* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
+// A mux record holds at most this much (clients such as the Python SDK assemble whole
+// records), whether it is read into memory or sent from the page cache.
 constexpr size_t kReadChunk = 4 << 20;
 
 using EmitFn = OutputEmitFn;
@@ -33,7 +35,8 @@ using KeepaliveFn = OutputKeepaliveFn;
 
 Awaitable<void> StreamOutput(
     Ctx& ctx, std::string sb, std::string cid, uint64_t out_off, uint64_t err_off,
-    const EmitFn& emit, const FinishFn& finish, const KeepaliveFn& keepalive) {
+    const EmitFn& emit, const FinishFn& finish, const KeepaliveFn& keepalive,
+    const OutputEmitFileFn* emit_file) {
   core::Platform* p = ctx.platform;
   Ctx::Watcher w(ctx, "cmd:" + sb + ":" + cid);
   auto reader = p->OpenOutput(sb, cid);
@@ -46,6 +49,18 @@ Awaitable<void> StreamOutput(
     bool progressed = false;
     for (OutputStream s : {OutputStream::kStdout, OutputStream::kStderr}) {
       uint64_t& off = s == OutputStream::kStdout ? out_off : err_off;
+      // The durable size the record reports is in the file already (written before it is
+      // counted): below it there is nothing to look for (nor a file to open, for a stream
+      // that has none yet).
+      if ((s == OutputStream::kStdout ? info->stdout_size : info->stderr_size) <= off) continue;
+      if (emit_file) {
+        auto ext = (*reader)->Find(s, off, kReadChunk);
+        if (!ext || ext->length == 0) continue;
+        co_await (*emit_file)(s, off, ext->fd, ext->length);
+        off += ext->length;
+        progressed = true;
+        continue;
+      }
       for (int i = 0; i < 8; ++i) {
         auto data = (*reader)->Read(s, off, kReadChunk);
         if (!data || data->empty()) break;
@@ -85,6 +100,12 @@ Awaitable<void> StreamMux(Ctx& ctx, std::string sb, std::string cid, uint64_t ou
     PutU32(&head, static_cast<uint32_t>(data.size()));
     co_await ctx.WriteChunk(head, data);
   };
+  // The bytes go from the log file's page cache to the socket (sendfile).
+  auto emit_file = [&](OutputStream st, uint64_t off, int fd, size_t n) -> Awaitable<void> {
+    std::string head(1, static_cast<char>(st));
+    PutU32(&head, static_cast<uint32_t>(n));
+    co_await ctx.WriteChunkFromFile(head, fd, off, n);
+  };
   auto finish = [&](const core::CommandInfo& info) -> Awaitable<void> {
     std::string j = CommandJson(info).dump();
     std::string rec(1, '\3');
@@ -95,9 +116,11 @@ Awaitable<void> StreamMux(Ctx& ctx, std::string sb, std::string cid, uint64_t ou
   auto keepalive = [&]() -> Awaitable<void> { co_return; };
   // Named std::functions: no closure temporaries inside the co_await (g++ 12).
   EmitFn emit_fn = emit;
+  OutputEmitFileFn emit_file_fn = emit_file;
   FinishFn finish_fn = finish;
   KeepaliveFn keepalive_fn = keepalive;
-  co_await StreamOutput(ctx, sb, cid, out_off, err_off, emit_fn, finish_fn, keepalive_fn);
+  co_await StreamOutput(ctx, sb, cid, out_off, err_off, emit_fn, finish_fn, keepalive_fn,
+                        &emit_file_fn);
   co_await ctx.EndChunked();
 }
 

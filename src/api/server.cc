@@ -1,7 +1,9 @@
 #include <spdlog/spdlog.h>
+#include <sys/sendfile.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <thread>
 
 #include "api/console_sessions.h"
@@ -161,6 +163,38 @@ Awaitable<void> Ctx::WriteChunk(std::string_view head, std::string_view data) {
   std::array<asio::const_buffer, 2> bufs = {asio::buffer(head.data(), head.size()),
                                             asio::buffer(data.data(), data.size())};
   co_await asio::async_write(*stream, http::make_chunk(bufs), asio::use_awaitable);
+}
+
+Awaitable<void> Ctx::WriteChunkFromFile(std::string_view head, int fd, uint64_t offset,
+                                        size_t length) {
+  if (head.empty() && length == 0) co_return;
+  char size_line[32];
+  int k = std::snprintf(size_line, sizeof size_line, "%zx\r\n", head.size() + length);
+  std::array<asio::const_buffer, 2> pre = {asio::buffer(size_line, static_cast<size_t>(k)),
+                                           asio::buffer(head.data(), head.size())};
+  co_await asio::async_write(*stream, pre, asio::use_awaitable);
+  auto& sock = stream->socket();
+  // sendfile needs the fd itself non-blocking: a full socket must suspend this coroutine,
+  // not block the I/O thread.
+  if (!sock.native_non_blocking()) sock.native_non_blocking(true);
+  off_t pos = static_cast<off_t>(offset);
+  size_t left = length;
+  while (left > 0) {
+    ssize_t n = ::sendfile(sock.native_handle(), fd, &pos, left);
+    if (n > 0) {
+      left -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      co_await sock.async_wait(tcp::socket::wait_write, asio::use_awaitable);
+      continue;
+    }
+    // 0: the file ended early (its output was deleted meanwhile, say).
+    throw beast::system_error(beast::error_code(n == 0 ? EPIPE : errno, beast::system_category()),
+                              "sendfile");
+  }
+  co_await asio::async_write(*stream, asio::buffer("\r\n", 2), asio::use_awaitable);
 }
 
 Awaitable<void> Ctx::EndChunked() {

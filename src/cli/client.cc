@@ -22,6 +22,7 @@ namespace {
 constexpr char kDefaultUrl[] = "http://127.0.0.1:7070";
 constexpr size_t kMaxIdleHandles = 8;
 constexpr size_t kMaxErrorBody = 1 << 20;
+constexpr long kStreamBufferSize = 512L << 10;
 // The server caps `wait` at 5 minutes; longer waits are loops of this.
 constexpr milliseconds kMaxServerWait{300000};
 
@@ -96,25 +97,11 @@ Errc ErrcFromStatus(int status) {
   }
 }
 
-Result<Json> ParseAnswer(const HttpResponse& r, std::string_view what) {
-  if (Trim(r.body).empty()) return Json::object();
-  auto j = ParseJson(r.body);
-  if (!j)
-    return Fail(Errc::kInternal, "spaced answered " + std::string(what) + " with invalid JSON");
-  return *j;
-}
-
 // The sandbox object in a create answer: {"sandbox":{...}} or the SANDBOX itself.
 const Json* SandboxOf(const Json& answer) {
   if (const Json* s = JsonField(answer, "sandbox"); s && s->is_object()) return s;
   if (JsonString(answer, "id") && JsonString(answer, "state")) return &answer;
   return nullptr;
-}
-
-std::string FormatMode(int mode) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%04o", mode & 07777);
-  return buf;
 }
 
 }  // namespace
@@ -125,6 +112,20 @@ std::string FormatMode(int mode) {
 namespace internal {
 
 std::string PathEscape(std::string_view segment) { return Escape(segment, ""); }
+
+Result<Json> ParseAnswer(const HttpResponse& r, std::string_view what) {
+  if (Trim(r.body).empty()) return Json::object();
+  auto j = ParseJson(r.body);
+  if (!j)
+    return Fail(Errc::kInternal, "spaced answered " + std::string(what) + " with invalid JSON");
+  return *j;
+}
+
+std::string FormatMode(int mode) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%04o", mode & 07777);
+  return buf;
+}
 
 Result<Json> ArrayField(const Json& answer, const char* key) {
   const Json* f = JsonField(answer, key);
@@ -174,6 +175,7 @@ using internal::FinishOperation;
 using internal::FirstWait;
 using internal::NextWait;
 using internal::OperationFinished;
+using internal::ParseAnswer;
 using internal::PathEscape;
 
 // ---------------------------------------------------------------------------------------------
@@ -301,25 +303,6 @@ struct Client::Impl {
   }
 };
 
-// Everything one exchange needs; lives on the caller's stack for the duration of Perform.
-struct Client::Transfer {
-  std::string method = "GET";
-  std::string path;       // with query
-  std::string_view body;  // used when send_body
-  bool send_body = false;
-  std::string content_type;
-  std::vector<std::string> headers;  // extra "Name: value" lines
-  // Streaming upload: fills buf, returns bytes (0 at EOF) or nullopt on error (set read_error).
-  std::function<std::optional<size_t>(char* buf, size_t len)> reader;
-  int64_t upload_size = -1;  // -1: chunked
-  std::optional<Error> read_error;
-  // Streaming download: receives the body of 2xx answers; others are collected for the error.
-  DataCallback sink;
-  bool sink_stopped = false;
-
-  HttpResponse response;
-  char errbuf[CURL_ERROR_SIZE] = {};
-};
 
 namespace {
 
@@ -406,6 +389,9 @@ Result<HttpResponse> Client::PerformOnce(Transfer& t) {
   };
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
+  // Streamed bodies (command output, file downloads) can run at GB/s: curl's default
+  // 16 KiB buffer would make that a recv and a callback every 16 KiB.
+  if (t.sink) curl_easy_setopt(h, CURLOPT_BUFFERSIZE, kStreamBufferSize);
 
   curl_slist* headers = nullptr;
   if (!impl_->key.empty()) {
@@ -690,395 +676,6 @@ Status Client::DeleteSandboxAndWait(std::string_view id, const WaitOptions& opti
 
 Result<Json> Client::SandboxAction(std::string_view id, std::string_view action, const Json& body) {
   return Call("POST", SandboxPath(id) + "/" + PathEscape(action), body);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Commands
-
-Result<Json> Client::StartCommand(std::string_view id, const Json& body) {
-  return Call("POST", SandboxPath(id) + "/commands", body);
-}
-
-Result<Json> Client::ListCommands(std::string_view id) {
-  auto r = Call("GET", SandboxPath(id) + "/commands");
-  if (!r) return r;
-  return ArrayField(*r, "commands");
-}
-
-Result<Json> Client::GetCommand(std::string_view id, std::string_view cid, milliseconds wait) {
-  std::string path = SandboxPath(id) + "/commands/" + PathEscape(cid);
-  if (wait.count() > 0) path += "?wait=" + FormatWait(wait);
-  return Call("GET", path);
-}
-
-Result<OutputChunk> Client::ReadOutput(std::string_view id, std::string_view cid,
-                                       std::string_view stream, uint64_t offset, milliseconds wait,
-                                       int64_t limit) {
-  std::string path = SandboxPath(id) + "/commands/" + PathEscape(cid) +
-                     "/output?stream=" + QueryEscape(stream) + "&offset=" + std::to_string(offset);
-  if (limit >= 0) path += "&limit=" + std::to_string(limit);
-  if (wait.count() > 0) path += "&wait=" + FormatWait(wait);
-  auto r = Request("GET", path);
-  if (!r) return tl::unexpected(r.error());
-  if (!r->ok()) return tl::unexpected(ErrorFromResponse(*r));
-  OutputChunk chunk;
-  chunk.bytes = std::move(r->body);
-  chunk.next_offset = offset + chunk.bytes.size();
-  if (auto v = r->Header("Space-Next-Offset")) {
-    char* end = nullptr;
-    unsigned long long n = std::strtoull(v->c_str(), &end, 10);
-    if (end == v->c_str() || *end != '\0') {
-      return Fail(Errc::kInternal, "spaced sent a bad Space-Next-Offset: " + *v);
-    }
-    chunk.next_offset = n;
-  }
-  chunk.state = r->Header("Space-Command-State").value_or("");
-  if (auto v = r->Header("Space-Exit-Code"); v && !v->empty()) {
-    char* end = nullptr;
-    long n = std::strtol(v->c_str(), &end, 10);
-    if (end != v->c_str() && *end == '\0') chunk.exit_code = static_cast<int>(n);
-  }
-  return chunk;
-}
-
-Result<Json> Client::StreamMux(std::string_view id, std::string_view cid, MuxOffsets& offsets,
-                               const MuxCallback& callback) {
-  Transfer t;
-  t.method = "GET";
-  t.path = SandboxPath(id) + "/commands/" + PathEscape(cid) +
-           "/output?format=mux&stdout_offset=" + std::to_string(offsets.stdout_offset) +
-           "&stderr_offset=" + std::to_string(offsets.stderr_offset);
-  return PerformMux(t, cid, offsets, callback, nullptr);
-}
-
-Result<Json> Client::StartAndStream(std::string_view id, const Json& body, MuxOffsets& offsets,
-                                    const MuxCallback& callback, std::string* cid) {
-  std::string text = body.dump(-1, ' ', false, Json::error_handler_t::replace);
-  Transfer t;
-  t.method = "POST";
-  t.path = SandboxPath(id) + "/commands?stream=mux";
-  t.body = text;
-  t.send_body = true;
-  t.content_type = "application/json";
-  offsets = MuxOffsets{};
-  cid->clear();
-  auto r = PerformMux(t, "the new command", offsets, callback, cid);
-  if (r && cid->empty()) return Fail(Errc::kInternal, "spaced sent no Space-Command-Id");
-  return r;
-}
-
-Result<Json> Client::PerformMux(Transfer& t, std::string_view what, MuxOffsets& offsets,
-                                const MuxCallback& callback, std::string* command_id) {
-  t.headers.push_back("Accept: application/vnd.space.mux");
-  MuxParser parser;
-  std::optional<Error> parse_error;
-  std::optional<std::string> exit_payload;
-  auto on_record = [&](MuxKind kind, std::string_view bytes) {
-    if (kind == MuxKind::kStdout) offsets.stdout_offset += bytes.size();
-    if (kind == MuxKind::kStderr) offsets.stderr_offset += bytes.size();
-    if (kind == MuxKind::kExit) exit_payload = std::string(bytes);
-    return callback(kind, bytes);
-  };
-  t.sink = [&](std::string_view data) {
-    // Headers are complete once the body flows.
-    if (command_id && command_id->empty()) {
-      if (auto v = t.response.Header("Space-Command-Id")) *command_id = *v;
-    }
-    auto r = parser.Feed(data, on_record);
-    if (!r) {
-      parse_error = r.error();
-      return false;
-    }
-    return *r;
-  };
-  auto r = Perform(t);
-  if (parse_error) return tl::unexpected(*parse_error);
-  if (exit_payload) {
-    // The exit record is the last thing the server sends; whatever happened to the
-    // connection afterwards does not matter.
-    auto command = ParseJson(*exit_payload);
-    if (!command || !command->is_object()) {
-      return Fail(Errc::kInternal,
-                  "output stream of " + std::string(what) + ": exit record is not a JSON object");
-    }
-    return *command;
-  }
-  if (!r) return tl::unexpected(r.error());
-  if (!r->ok()) return tl::unexpected(ErrorFromResponse(*r));
-  if (t.sink_stopped) return Json(nullptr);
-  return Fail(Errc::kUnavailable,
-              "output stream of " + std::string(what) + " ended before its exit record");
-}
-
-Result<Json> Client::FollowOutput(std::string_view id, std::string_view cid, MuxOffsets& offsets,
-                                  const MuxCallback& callback, milliseconds give_up_after) {
-  auto last_progress = std::chrono::steady_clock::now();
-  milliseconds backoff{50};
-  for (;;) {
-    MuxOffsets before = offsets;
-    auto r = StreamMux(id, cid, offsets, callback);
-    if (r || r.error().code != Errc::kUnavailable) return r;
-    auto now = std::chrono::steady_clock::now();
-    if (offsets.stdout_offset != before.stdout_offset ||
-        offsets.stderr_offset != before.stderr_offset) {
-      last_progress = now;
-      backoff = milliseconds{50};
-    }
-    if (now - last_progress >= give_up_after) {
-      return tl::unexpected(std::move(r).error().Wrap(
-          "following " + std::string(cid) + " (gave up after " +
-          std::to_string(give_up_after.count() / 1000) + "s without progress)"));
-    }
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, milliseconds{1000});
-  }
-}
-
-Result<Client::RunOutput> Client::Run(std::string_view id, const Json& body) {
-  RunOutput out;
-  MuxOffsets offsets;
-  auto collect = [&](MuxKind kind, std::string_view bytes) {
-    if (kind == MuxKind::kStdout) out.out.append(bytes);
-    if (kind == MuxKind::kStderr) out.err.append(bytes);
-    return true;
-  };
-  std::string cid;
-  auto command = StartAndStream(id, body, offsets, collect, &cid);
-  // A stream that dropped after the command started resumes where it stopped.
-  if (!command && command.error().code == Errc::kUnavailable && !cid.empty())
-    command = FollowOutput(id, cid, offsets, collect);
-  if (!command) return tl::unexpected(command.error());
-  out.command = std::move(*command);
-  out.exit_code = ExitCodeOf(out.command);
-  return out;
-}
-
-Result<Client::RunOutput> Client::Run(std::string_view id, const std::vector<std::string>& argv) {
-  return Run(id, Json{{"argv", argv}});
-}
-
-Status Client::SendStdin(std::string_view id, std::string_view cid, std::string_view bytes,
-                         bool eof) {
-  std::string path = SandboxPath(id) + "/commands/" + PathEscape(cid) + "/stdin";
-  if (eof) path += "?eof=1";
-  auto r = Request("POST", path, bytes, "application/octet-stream");
-  if (!r) return tl::unexpected(r.error());
-  if (!r->ok()) return tl::unexpected(ErrorFromResponse(*r));
-  return Ok();
-}
-
-Status Client::Signal(std::string_view id, std::string_view cid, std::string_view signal) {
-  Json body;
-  bool numeric = !signal.empty() && std::all_of(signal.begin(), signal.end(),
-                                                [](char c) { return c >= '0' && c <= '9'; });
-  if (numeric && signal.size() <= 3) {
-    body["signal"] = std::atoi(std::string(signal).c_str());
-  } else {
-    body["signal"] = std::string(signal);
-  }
-  auto r = Call("POST", SandboxPath(id) + "/commands/" + PathEscape(cid) + "/signal", body);
-  if (!r) return tl::unexpected(r.error());
-  return Ok();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Files
-
-Result<uint64_t> Client::ReadFile(std::string_view id, std::string_view path,
-                                  const DataCallback& sink) {
-  Transfer t;
-  t.method = "GET";
-  t.path = SandboxPath(id) + "/files?path=" + QueryEscape(path);
-  uint64_t size = 0;
-  t.sink = [&](std::string_view bytes) {
-    size += bytes.size();
-    return sink(bytes);
-  };
-  auto r = Perform(t);
-  if (!r) return tl::unexpected(r.error());
-  if (!r->ok()) return tl::unexpected(ErrorFromResponse(*r));
-  if (t.sink_stopped) return Fail(Errc::kInternal, "reading " + std::string(path) + ": aborted");
-  return size;
-}
-
-Result<std::string> Client::ReadFile(std::string_view id, std::string_view path) {
-  std::string data;
-  auto r = ReadFile(id, path, [&](std::string_view bytes) {
-    data.append(bytes);
-    return true;
-  });
-  if (!r) return tl::unexpected(r.error());
-  return data;
-}
-
-Result<uint64_t> Client::ReadFileTo(std::string_view id, std::string_view path,
-                                    const std::string& host_path, int host_mode) {
-  // The host file is opened on the first byte of a successful answer, so an error answer
-  // (404, 403, ...) leaves an existing file alone.
-  sys::UniqueFd fd;
-  std::optional<Error> write_error;
-  auto open_file = [&]() -> bool {
-    if (fd) return true;
-    auto f = sys::Open(host_path, O_WRONLY | O_CREAT | O_TRUNC, static_cast<mode_t>(host_mode));
-    if (!f) {
-      write_error = f.error();
-      return false;
-    }
-    fd = std::move(*f);
-    return true;
-  };
-  auto r = ReadFile(id, path, [&](std::string_view bytes) {
-    if (!open_file()) return false;
-    auto w = sys::WriteAll(fd.get(), bytes);
-    if (!w) {
-      write_error = w.error().Wrap("write " + host_path);
-      return false;
-    }
-    return true;
-  });
-  if (r && !write_error) open_file();  // an empty file still has to exist
-  if (write_error || !r) {
-    if (fd) {
-      fd.Reset();
-      ::unlink(host_path.c_str());
-    }
-    if (write_error) return tl::unexpected(*write_error);
-    return tl::unexpected(r.error());
-  }
-  return *r;
-}
-
-namespace {
-std::string FilesQuery(std::string_view path, int mode) {
-  std::string q = "?path=" + Client::QueryEscape(path);
-  if (mode >= 0) q += "&mode=" + FormatMode(mode);
-  return q;
-}
-}  // namespace
-
-Result<Json> Client::WriteFile(std::string_view id, std::string_view path, std::string_view data,
-                               int mode) {
-  auto r = Request("PUT", SandboxPath(id) + "/files" + FilesQuery(path, mode), data,
-                   "application/octet-stream");
-  if (!r) return tl::unexpected(r.error());
-  if (!r->ok()) return tl::unexpected(ErrorFromResponse(*r));
-  return ParseAnswer(*r, "PUT files");
-}
-
-Result<Json> Client::WriteFileFromFd(std::string_view id, std::string_view path, int fd,
-                                     int64_t size, int mode) {
-  Transfer t;
-  t.method = "PUT";
-  t.path = SandboxPath(id) + "/files" + FilesQuery(path, mode);
-  t.content_type = "application/octet-stream";
-  t.upload_size = size;
-  t.reader = [&](char* buf, size_t len) -> std::optional<size_t> {
-    for (;;) {
-      ssize_t n = ::read(fd, buf, len);
-      if (n >= 0) return static_cast<size_t>(n);
-      if (errno == EINTR) continue;
-      t.read_error = ErrnoFail("reading the upload for " + std::string(path)).value();
-      return std::nullopt;
-    }
-  };
-  auto r = Perform(t);
-  if (!r) return tl::unexpected(r.error());
-  if (!r->ok()) return tl::unexpected(ErrorFromResponse(*r));
-  return ParseAnswer(*r, "PUT files");
-}
-
-Result<Json> Client::WriteFileFrom(std::string_view id, std::string_view path,
-                                   const std::string& host_path, int mode) {
-  auto fd = sys::Open(host_path, O_RDONLY);
-  if (!fd) return tl::unexpected(fd.error());
-  struct stat st;
-  if (::fstat(fd->get(), &st) != 0) return ErrnoFail("stat " + host_path);
-  if (S_ISDIR(st.st_mode)) return Fail(Errc::kInvalidArgument, host_path + " is a directory");
-  int64_t size = S_ISREG(st.st_mode) ? static_cast<int64_t>(st.st_size) : -1;
-  return WriteFileFromFd(id, path, fd->get(), size, mode);
-}
-
-Result<Json> Client::ListFiles(std::string_view id, std::string_view path, int depth) {
-  auto r = Call("GET", SandboxPath(id) + "/files:list?path=" + QueryEscape(path) +
-                           "&depth=" + std::to_string(depth));
-  if (!r) return r;
-  return ArrayField(*r, "entries");
-}
-
-Result<Json> Client::Stat(std::string_view id, std::string_view path) {
-  return Call("GET", SandboxPath(id) + "/files:stat?path=" + QueryEscape(path));
-}
-
-Status Client::Mkdir(std::string_view id, std::string_view path) {
-  auto r = Call("POST", SandboxPath(id) + "/files:mkdir?path=" + QueryEscape(path));
-  if (!r) return tl::unexpected(r.error());
-  return Ok();
-}
-
-Status Client::Remove(std::string_view id, std::string_view path, bool recursive) {
-  std::string q = SandboxPath(id) + "/files?path=" + QueryEscape(path);
-  if (recursive) q += "&recursive=1";
-  auto r = Call("DELETE", q);
-  if (!r) return tl::unexpected(r.error());
-  return Ok();
-}
-
-Status Client::Rename(std::string_view id, std::string_view from, std::string_view to) {
-  auto r = Call("POST", SandboxPath(id) + "/files:rename",
-                Json{{"from", std::string(from)}, {"to", std::string(to)}});
-  if (!r) return tl::unexpected(r.error());
-  return Ok();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Operations and templates
-
-Result<Json> Client::GetOperation(std::string_view id, milliseconds wait) {
-  std::string path = "/v1/operations/" + PathEscape(id);
-  if (wait.count() > 0) path += "?wait=" + FormatWait(wait);
-  return Call("GET", path);
-}
-
-Result<Json> Client::WaitOperation(std::string_view id, milliseconds timeout) {
-  auto deadline = DeadlineFor(timeout);
-  for (;;) {
-    milliseconds wait = NextWait(deadline);
-    auto started = std::chrono::steady_clock::now();
-    auto op = GetOperation(id, std::max(wait, milliseconds{1}));
-    if (!op) return op;
-    if (OperationFinished(*op)) return op;
-    if (deadline && std::chrono::steady_clock::now() >= *deadline) {
-      return Fail(Errc::kDeadlineExceeded, "operation " + std::string(id) + " still " +
-                                               JsonStringOr(*op, "state", "?") + " after " +
-                                               std::to_string(timeout.count()) + "ms");
-    }
-    // A server that answered at once despite `wait` must not turn this into a busy loop.
-    if (std::chrono::steady_clock::now() - started < milliseconds{20}) {
-      std::this_thread::sleep_for(milliseconds{50});
-    }
-  }
-}
-
-Result<Json> Client::ListOperations(std::string_view state, int limit) {
-  std::string query;
-  if (!state.empty()) query += "?state=" + QueryEscape(state);
-  if (limit >= 0)
-    query += std::string(query.empty() ? "?" : "&") + "limit=" + std::to_string(limit);
-  auto r = Call("GET", "/v1/operations" + query);
-  if (!r) return r;
-  return ArrayField(*r, "operations");
-}
-
-Result<Json> Client::ListTemplates() {
-  auto r = Call("GET", "/v1/templates");
-  if (!r) return r;
-  return ArrayField(*r, "templates");
-}
-
-Result<Json> Client::ListRuntimes() {
-  auto r = Call("GET", "/v1/runtimes");
-  if (!r) return r;
-  return ArrayField(*r, "runtimes");
 }
 
 }  // namespace space::client

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -17,6 +18,18 @@ using agent::Frame;
 using agent::FrameType;
 
 namespace {
+
+// The rest of a STDOUT/STDERR frame is left in the socket (and spliced into the log) when
+// at least this much of its output is still to come; less is read into memory.
+constexpr size_t kSpliceMin = 16u << 10;
+// While output keeps arriving, a stream is ACKed every this many durable bytes (a quarter
+// of the agent's window), not after every read (FlushAcks).
+constexpr uint64_t kAckEvery = agent::kOutputWindow / 4;
+
+store::OutputStream OutputStreamOf(agent::FrameType t) {
+  return t == agent::FrameType::kStdout ? store::OutputStream::kStdout
+                                        : store::OutputStream::kStderr;
+}
 
 // Connects to the agent's socket without following symlinks: the socket's directory is
 // writable from inside the sandbox, which could otherwise swap agent.sock for a link to
@@ -221,32 +234,44 @@ void AgentSession::OnReady(char* scratch, size_t size) {
   // takes its turn with the others instead of holding the thread.
   Error why{Errc::kUnavailable, 0, "agent closed the connection"};
   bool alive = true;
-  // The rest of a frame whose header is in goes straight into the session's buffer (a
-  // 1 MiB output chunk seldom fits one read, and is then not copied again); anything
-  // else is read into the hub thread's scratch and handled there.
-  char* buf = scratch;
-  size_t cap = size;
-  const size_t need = decoder_.Needed();
-  const bool direct = need > 0 && decoder_.buffered() >= agent::kHeaderSize;
-  if (direct) {
-    buf = decoder_.Prepare(need);
-    cap = need;
-  }
-  ssize_t n = ::recv(fd_.get(), buf, cap, MSG_DONTWAIT);
-  if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
-    // spurious wake-up: nothing to do
-  } else if (n <= 0) {
-    if (n < 0) why = Error{Errc::kUnavailable, errno, std::string("agent read: ") + strerror(errno)};
-    alive = false;
+  if (spliced_.left > 0) {
+    alive = ContinueSplice(&why);
   } else {
-    if (direct) decoder_.Commit(static_cast<size_t>(n));
-    alive = Consume(direct ? std::string_view() : std::string_view(scratch, static_cast<size_t>(n)),
-                    &why);
-    if (alive && !Closing()) {
-      if (auto st = FlushAcks(); !st) {
-        why = st.error();
-        alive = false;
-      }
+    // The rest of a frame whose header is in goes straight into the session's buffer (then
+    // it is not copied again), up to a data frame's offset first: its output may stay in
+    // the socket (MaybeSplice). Anything else is read into the hub thread's scratch and
+    // handled there.
+    char* buf = scratch;
+    size_t cap = size;
+    const size_t have = decoder_.buffered();
+    size_t want = 0;
+    if (have > 0) {
+      want = decoder_.Needed();
+      if (have < agent::kDataHeaderSize) want = std::min(want, agent::kDataHeaderSize - have);
+    } else if (headers_only_) {
+      want = agent::kDataHeaderSize;
+    }
+    headers_only_ = false;
+    if (want > 0) {
+      buf = decoder_.Prepare(want);
+      cap = want;
+    }
+    ssize_t n = ::recv(fd_.get(), buf, cap, MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // spurious wake-up: nothing to do
+    } else if (n <= 0) {
+      if (n < 0) why = Error{Errc::kUnavailable, errno, std::string("agent read: ") + strerror(errno)};
+      alive = false;
+    } else {
+      if (want > 0) decoder_.Commit(static_cast<size_t>(n));
+      alive = Consume(want > 0 ? std::string_view() : std::string_view(scratch, static_cast<size_t>(n)),
+                      &why);
+    }
+  }
+  if (alive && !Closing()) {
+    if (auto st = FlushAcks(/*force=*/false); !st) {
+      why = st.error();
+      alive = false;
     }
   }
   if (!alive) Lost(why);
@@ -271,8 +296,14 @@ bool AgentSession::Consume(std::string_view in, Error* why) {
         return false;
       }
       if (!*v) {
-        if (in.empty()) return true;
-        continue;  // its header is complete now: Needed() knows the rest
+        if (!in.empty()) continue;  // its header is complete now: Needed() knows the rest
+        auto spliced = MaybeSplice(decoder_.Pending());
+        if (!spliced) {
+          *why = std::move(spliced.error());
+          return false;
+        }
+        if (*spliced) decoder_.Clear();
+        return true;
       }
       f = **v;
     } else {
@@ -283,7 +314,12 @@ bool AgentSession::Consume(std::string_view in, Error* why) {
         return false;
       }
       if (!*v) {
-        if (!in.empty()) decoder_.Feed(in);  // the start of a frame: kept until it is whole
+        auto spliced = MaybeSplice(in);
+        if (!spliced) {
+          *why = std::move(spliced.error());
+          return false;
+        }
+        if (!*spliced && !in.empty()) decoder_.Feed(in);  // the start of a frame: kept until it is whole
         return true;
       }
       f = **v;
@@ -306,20 +342,97 @@ void AgentSession::Lost(const Error& why) {
   }
   ::shutdown(fd_.get(), SHUT_RDWR);
   AgentHub::Get().Remove(fd_.get(), hub_key_);
-  decoder_.Release();
+  decoder_.Clear();
+  spliced_ = Spliced();
   pending_acks_.clear();
+  acks_sent_.clear();
   FailPending(why);
   if (!Closing() && handlers_.on_disconnect) handlers_.on_disconnect(why);
 }
 
-Status AgentSession::FlushAcks() {
+Status AgentSession::FlushAcks(bool force) {
   if (pending_acks_.empty()) return Ok();
+  if (!force) {
+    // Each ACK wakes the agent: while more output is queued on the socket, ACK only once
+    // a stream has kAckEvery more durable bytes. When the socket is drained (the agent has
+    // nothing in flight, or waits for credit) everything is ACKed at once, so small output
+    // gets its credit back promptly and no window can starve.
+    bool due = false;
+    for (const auto& [key, offset] : pending_acks_) {
+      auto it = acks_sent_.find(key);
+      due |= offset >= (it == acks_sent_.end() ? 0 : it->second) + kAckEvery;
+    }
+    int queued = 0;
+    if (!due && ::ioctl(fd_.get(), FIONREAD, &queued) == 0 && queued > 0) return Ok();
+  }
   std::string wire;
   for (const auto& [key, offset] : pending_acks_) {
     agent::EncodeFrame(FrameType::kAck, key.first, agent::EncodeAck(key.second, offset), &wire);
+    acks_sent_[key] = offset;
   }
   pending_acks_.clear();
   return Send(wire);
+}
+
+Status AgentSession::HandleData(uint32_t stream, store::OutputStream s, uint64_t offset,
+                                store::OutputBytes& bytes) {
+  auto size = handlers_.on_output(stream, s, offset, bytes);
+  if (!size) {
+    // Unknown stream or a gap: the agent misbehaves; dropping the connection makes it
+    // retransmit from the last ACK on the next one.
+    return tl::unexpected(std::move(size.error()).Wrap("agent output"));
+  }
+  // What the handler did not take (already stored, or held) goes; the agent keeps it.
+  SPACE_TRY(bytes.Drop());
+  // ACKs go out batched (FlushAcks), not one per piece.
+  uint64_t& acked = pending_acks_[{stream, static_cast<uint8_t>(s)}];
+  acked = std::max(acked, *size);
+  return Ok();
+}
+
+Result<bool> AgentSession::MaybeSplice(std::string_view start) {
+  auto h = agent::PeekDataHeader(start);
+  if (!h) return false;
+  const size_t here = start.size() - agent::kDataHeaderSize;  // < h->length: incomplete
+  const size_t rest = h->length - here;
+  if (rest < kSpliceMin) return false;  // assembled in memory: not worth a splice
+  const store::OutputStream s = OutputStreamOf(h->type);
+  if (here > 0) {
+    store::OutputBytes bytes(start.substr(agent::kDataHeaderSize));
+    SPACE_TRY(HandleData(h->stream, s, h->offset, bytes));
+  }
+  spliced_ = Spliced{h->stream, s, h->offset + here, rest};
+  return true;
+}
+
+bool AgentSession::ContinueSplice(Error* why) {
+  if (Closing()) return true;
+  int queued = 0;
+  if (::ioctl(fd_.get(), FIONREAD, &queued) != 0) {
+    *why = Error{Errc::kUnavailable, errno, std::string("agent socket: ") + strerror(errno)};
+    return false;
+  }
+  if (queued <= 0) {
+    // Readable with nothing queued: the agent hung up (or a spurious wake-up).
+    char c;
+    ssize_t r = ::recv(fd_.get(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0) return false;
+    if (r < 0 && errno != EAGAIN && errno != EINTR) {
+      *why = Error{Errc::kUnavailable, errno, std::string("agent read: ") + strerror(errno)};
+      return false;
+    }
+    return true;
+  }
+  const size_t piece = std::min(static_cast<size_t>(queued), spliced_.left);
+  store::OutputBytes bytes(fd_.get(), piece);
+  if (auto st = HandleData(spliced_.stream, spliced_.s, spliced_.offset, bytes); !st) {
+    *why = std::move(st.error());
+    return false;
+  }
+  spliced_.offset += piece;
+  spliced_.left -= piece;
+  if (spliced_.left == 0) headers_only_ = true;  // more large frames are likely to follow
+  return true;
 }
 
 Status AgentSession::HandleFrame(const agent::FrameView& f) {
@@ -354,23 +467,16 @@ Status AgentSession::HandleFrame(const agent::FrameView& f) {
     case FrameType::kStderr: {
       auto d = agent::DecodeData(f.payload);
       if (!d) return tl::unexpected(d.error());
-      auto s = f.type == FrameType::kStdout ? store::OutputStream::kStdout
-                                            : store::OutputStream::kStderr;
-      auto size = handlers_.on_output(f.stream, s, d->offset, d->bytes);
-      if (!size) {
-        // Unknown stream or a gap: the agent misbehaves; dropping the connection makes it
-        // retransmit from the last ACK on the next one.
-        return tl::unexpected(std::move(size.error()).Wrap("agent output"));
-      }
-      // ACKs are sent once per read batch (FlushAcks), not once per frame.
-      uint64_t& acked = pending_acks_[{f.stream, static_cast<uint8_t>(s)}];
-      acked = std::max(acked, *size);
-      return Ok();
+      store::OutputBytes bytes(d->bytes);
+      return HandleData(f.stream, OutputStreamOf(f.type), d->offset, bytes);
     }
     case FrameType::kExit: {
       auto j = ParseJson(f.payload);
       if (!j || !j->is_object()) return Fail(Errc::kInvalidArgument, "agent EXIT is not JSON");
-      SPACE_TRY(FlushAcks());
+      SPACE_TRY(FlushAcks(/*force=*/true));
+      // The command's output is complete: its ACK bookkeeping goes (streams are reused).
+      acks_sent_.erase({f.stream, uint8_t{1}});
+      acks_sent_.erase({f.stream, uint8_t{2}});
       auto st = handlers_.on_exit(f.stream, *j);
       if (!st && st.error().code == Errc::kResourceExhausted) return Ok();  // output held
       if (!st) {

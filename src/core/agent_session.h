@@ -9,8 +9,14 @@
 // running on another thread; handlers are never called after it. Close() from inside a
 // handler returns at once (no further handler is called).
 //
-// Memory: an idle session holds no read buffer (hub threads read into their own); a frame
-// that arrives in pieces is assembled in a buffer of its size, at most 4 MiB + 9 bytes.
+// Output is handed to on_output in pieces as it arrives (the offset-based contract makes a
+// piece of a frame as good as a frame): the output of a large STDOUT/STDERR frame is left
+// in the socket until the handler moves it into its log (store::OutputBytes: splice(2),
+// no copy through user space), never assembled in memory.
+//
+// Memory: an idle session holds no read buffer (hub threads read into their own); any
+// other frame that arrives in pieces is assembled in a buffer of its size, at most 4 MiB +
+// 9 bytes.
 #pragma once
 
 #include <atomic>
@@ -34,9 +40,11 @@ namespace space::core {
 class AgentSession : public std::enable_shared_from_this<AgentSession>, public AgentHub::Conn {
  public:
   struct Handlers {
-    // Stores output; returns the stream's durable size (sent back as the ACK offset).
+    // Stores output that starts at stream position `offset`, consuming what it stores from
+    // `bytes` (the session drops the rest); returns the stream's durable size (sent back as
+    // the ACK offset).
     std::function<Result<uint64_t>(uint32_t stream, store::OutputStream s, uint64_t offset,
-                                   std::string_view bytes)> on_output;
+                                   store::OutputBytes& bytes)> on_output;
     // Records a command's end durably; the session then ACKs the exit. kResourceExhausted:
     // not yet (its output is held); the exit stays unacknowledged and the agent sends it
     // again after the next HELLO.
@@ -82,9 +90,20 @@ class AgentSession : public std::enable_shared_from_this<AgentSession>, public A
   // The connection ended (agent gone or a protocol error): wakes callers, tells the owner.
   void Lost(const Error& why);
   Status HandleFrame(const agent::FrameView& f);
+  // Gives one piece of output to on_output and notes the ACK it earns.
+  Status HandleData(uint32_t stream, store::OutputStream s, uint64_t offset,
+                    store::OutputBytes& bytes);
+  // If `start` (the unread input) begins a STDOUT/STDERR frame whose output is mostly still
+  // to come, hands over the output it holds and leaves the rest in the socket (spliced_):
+  // true. The caller then drops `start`.
+  Result<bool> MaybeSplice(std::string_view start);
+  // Hands over the next piece of the frame in spliced_ that is in the socket; false with
+  // *why when the connection must end.
+  bool ContinueSplice(Error* why);
   Status Send(const std::string& wire);
   void FailPending(const Error& e);
-  Status FlushAcks();
+  // Sends the pending ACKs; unless `force`, only when they are due (see the .cc).
+  Status FlushAcks(bool force);
   bool Closing() {
     std::lock_guard l(state_mu_);
     return closing_;
@@ -112,6 +131,19 @@ class AgentSession : public std::enable_shared_from_this<AgentSession>, public A
   // (stream, fd) not yet ACKed.
   agent::FrameDecoder decoder_;
   std::map<std::pair<uint32_t, uint8_t>, uint64_t> pending_acks_;
+  std::map<std::pair<uint32_t, uint8_t>, uint64_t> acks_sent_;  // the last ACK of each
+  // A STDOUT/STDERR frame whose output is (partly) still in the socket: `left` bytes of it,
+  // which start at stream position `offset`.
+  struct Spliced {
+    uint32_t stream = 0;
+    store::OutputStream s = store::OutputStream::kStdout;
+    uint64_t offset = 0;
+    size_t left = 0;
+  };
+  Spliced spliced_;
+  // After a spliced frame the next read takes only the next frame's header (and offset), so
+  // the output of a stream of large frames never lands in memory.
+  bool headers_only_ = false;
 };
 
 }  // namespace space::core

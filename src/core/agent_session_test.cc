@@ -10,6 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "agent/protocol.h"
@@ -117,7 +119,7 @@ TEST_F(AgentSessionTest, ManySessionsInOrderOnAFewThreads) {
     states.push_back(st);
     AgentSession::Handlers h;
     h.on_output = [st](uint32_t, store::OutputStream, uint64_t offset,
-                       std::string_view bytes) -> Result<uint64_t> {
+                       store::OutputBytes& bytes) -> Result<uint64_t> {
       std::lock_guard l(st->mu);
       if (offset != st->size) ++st->out_of_order;
       st->size = offset + bytes.size();
@@ -186,40 +188,148 @@ TEST_F(AgentSessionTest, ManySessionsInOrderOnAFewThreads) {
   EXPECT_EQ(AgentHub::Get().connections(), before - kSessions);
 }
 
-TEST_F(AgentSessionTest, LargeFramesArriveWholeAndAreAcked) {
-  // 1 MiB chunks (the agent's largest) seldom fit one read: the rest of each is read into
-  // the session's own buffer.
+// The output the test agent sends: byte i of a stream is a function of i (and the stream),
+// so a misplaced piece shows.
+char OutputByte(store::OutputStream s, uint64_t i) {
+  return static_cast<char>((i * 131 + (i >> 12) * 7 + static_cast<int>(s)) & 0xff);
+}
+std::string OutputBytesAt(store::OutputStream s, uint64_t offset, size_t n) {
+  std::string b(n, '\0');
+  for (size_t i = 0; i < n; ++i) b[i] = OutputByte(s, offset + i);
+  return b;
+}
+
+// Writes `wire` in pieces of odd sizes (cutting headers, offsets and payloads), as a
+// socket may deliver them.
+void WriteInPieces(int fd, std::string_view wire, size_t seed) {
+  size_t step = 1 + seed % 7;
+  while (!wire.empty()) {
+    size_t n = std::min(wire.size(), step);
+    ASSERT_TRUE(sys::WriteAll(fd, wire.substr(0, n)));
+    wire.remove_prefix(n);
+    step = step * 5 % 300007 + 3;  // from a few bytes to ~300 KiB
+  }
+}
+
+// Handlers that store output in a real OutputLog up to `limit` (as core's guards hold
+// output at a quota: frames past a held stream's end wait for the retransmission), counting
+// the calls and keeping the first error.
+struct LogSink {
+  explicit LogSink(const std::string& dir, const std::string& cid) {
+    auto l = store::OutputLog::Open(dir, cid);
+    EXPECT_TRUE(l);
+    if (l) log = std::move(*l);
+  }
+  AgentSession::Handlers Handlers() {
+    AgentSession::Handlers h;
+    h.on_output = [this](uint32_t, store::OutputStream s, uint64_t o,
+                         store::OutputBytes& b) -> Result<uint64_t> {
+      std::lock_guard l(mu);
+      ++calls;
+      if (o > log->Size(s)) return log->Size(s);
+      auto size = log->Append(s, o, b, limit);
+      if (!size && error.empty()) error = size.error().message;
+      return size;
+    };
+    h.on_exit = [](uint32_t, const Json&) -> Status { return Ok(); };
+    h.on_disconnect = [](const Error& e) { ADD_FAILURE() << "lost: " << e.message; };
+    return h;
+  }
   std::mutex mu;
-  uint64_t size = 0;
-  int bad = 0;
-  AgentSession::Handlers h;
-  h.on_output = [&](uint32_t, store::OutputStream, uint64_t o, std::string_view b) -> Result<uint64_t> {
-    std::lock_guard l(mu);
-    if (o != size || b.size() != agent::kMaxDataChunk || b.front() != b.back()) ++bad;
-    size = o + b.size();
-    return size;
-  };
-  h.on_exit = [](uint32_t, const Json&) -> Status { return Ok(); };
-  auto c = Open(Path(0), std::move(h));
+  std::unique_ptr<store::OutputLog> log;
+  uint64_t limit = UINT64_MAX;
+  int calls = 0;
+  std::string error;
+};
+
+TEST_F(AgentSessionTest, LargeFramesGoIntoTheLogInPiecesAndAreAcked) {
+  // 1 MiB frames (the agent's largest) on both streams, sent in pieces of odd sizes: their
+  // output is moved from the socket into a real OutputLog (spliced, never assembled), in
+  // order, and ACKed to the end.
+  LogSink sink(dir_.path() + "/logs", "cmd-1");
+  ASSERT_TRUE(sink.log);
+  auto c = Open(Path(0), sink.Handlers());
   ASSERT_TRUE(c.session);
-  constexpr int kChunks = 24;
+  constexpr int kFrames = 24;
+  const size_t kErrFrame = 300000;  // stderr frames in between, not a multiple of a page
   std::thread writer([&] {
-    for (int k = 0; k < kChunks; ++k) {
-      std::string wire;
-      agent::EncodeDataFrame(FrameType::kStdout, 1, uint64_t{k} * agent::kMaxDataChunk,
-                             std::string(agent::kMaxDataChunk, static_cast<char>('A' + k)), &wire);
-      (void)sys::WriteAll(c.peer->fd(), wire);
+    std::string wire;
+    uint64_t out = 0, err = 0;
+    for (int k = 0; k < kFrames; ++k) {
+      agent::EncodeDataFrame(FrameType::kStdout, 1, out,
+                             OutputBytesAt(store::OutputStream::kStdout, out, agent::kMaxDataChunk),
+                             &wire);
+      out += agent::kMaxDataChunk;
+      if (k % 3 == 0) {
+        agent::EncodeDataFrame(FrameType::kStderr, 1, err,
+                               OutputBytesAt(store::OutputStream::kStderr, err, kErrFrame), &wire);
+        err += kErrFrame;
+      }
     }
+    WriteInPieces(c.peer->fd(), wire, 3);
   });
-  const uint64_t total = uint64_t{kChunks} * agent::kMaxDataChunk;
+  const uint64_t total = uint64_t{kFrames} * agent::kMaxDataChunk;
   EXPECT_TRUE(c.peer->ReadUntil([&](const agent::Frame& f) {
     auto a = agent::DecodeAck(f.payload);
-    return f.type == FrameType::kAck && a && a->offset == total;
+    return f.type == FrameType::kAck && a && a->fd == 1 && a->offset == total;
   }));
   writer.join();
-  std::lock_guard l(mu);
-  EXPECT_EQ(size, total);
-  EXPECT_EQ(bad, 0);
+  std::lock_guard l(sink.mu);
+  EXPECT_EQ(sink.error, "");
+  EXPECT_GT(sink.calls, kFrames + 8);  // in pieces, not one call per frame
+  for (auto s : {store::OutputStream::kStdout, store::OutputStream::kStderr}) {
+    const uint64_t want = s == store::OutputStream::kStdout ? total : 8 * kErrFrame;
+    ASSERT_EQ(sink.log->Size(s), want);
+    auto got = store::ReadOutput(dir_.path() + "/logs", "cmd-1", s, 0, want);
+    ASSERT_TRUE(got);
+    EXPECT_TRUE(*got == OutputBytesAt(s, 0, want)) << "stream " << static_cast<int>(s);
+  }
+}
+
+TEST_F(AgentSessionTest, OutputAHandlerLeavesIsDroppedAndTheStreamStaysInStep) {
+  // A handler that stores only up to a limit (a quota, a full disk) leaves the rest of a
+  // spliced frame in the socket: the session drops it, reads the frames after it correctly,
+  // and ACKs only what was stored; the retransmission from there completes the log.
+  LogSink sink(dir_.path() + "/logs", "cmd-2");
+  ASSERT_TRUE(sink.log);
+  sink.limit = 1500000;  // in the middle of the second frame
+  auto c = Open(Path(0), sink.Handlers());
+  ASSERT_TRUE(c.session);
+  const auto kOut = store::OutputStream::kStdout;
+  auto frames = [&](uint64_t from, uint64_t to) {
+    std::string wire;
+    for (uint64_t o = from; o < to; o += agent::kMaxDataChunk) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(agent::kMaxDataChunk, to - o));
+      agent::EncodeDataFrame(FrameType::kStdout, 1, o, OutputBytesAt(kOut, o, n), &wire);
+    }
+    return wire;
+  };
+  const uint64_t total = 4 * agent::kMaxDataChunk;
+  // Everything, then a RESPONSE-free marker: an EXIT of another stream, which the session
+  // must still parse after the dropped bytes (it ACKs it with fd 0).
+  std::string wire = frames(0, total);
+  agent::EncodeFrame(FrameType::kExit, 7, R"({"exit_code":0})", &wire);
+  WriteInPieces(c.peer->fd(), wire, 5);
+  EXPECT_TRUE(c.peer->ReadUntil([&](const agent::Frame& f) {
+    auto a = agent::DecodeAck(f.payload);
+    return f.type == FrameType::kAck && f.stream == 7 && a && a->fd == 0;
+  }));
+  {
+    std::lock_guard l(sink.mu);
+    EXPECT_EQ(sink.log->Size(kOut), sink.limit);
+    sink.limit = UINT64_MAX;
+  }
+  // The agent retransmits from the last ACK (the durable size).
+  WriteInPieces(c.peer->fd(), frames(1500000 - 1500000 % 4096, total), 2);
+  EXPECT_TRUE(c.peer->ReadUntil([&](const agent::Frame& f) {
+    auto a = agent::DecodeAck(f.payload);
+    return f.type == FrameType::kAck && a && a->fd == 1 && a->offset == total;
+  }));
+  std::lock_guard l(sink.mu);
+  EXPECT_EQ(sink.error, "");
+  auto got = store::ReadOutput(dir_.path() + "/logs", "cmd-2", kOut, 0, total);
+  ASSERT_TRUE(got);
+  EXPECT_TRUE(*got == OutputBytesAt(kOut, 0, total));
 }
 
 TEST_F(AgentSessionTest, CloseFromInsideAHandlerStopsFurtherHandlers) {
@@ -227,7 +337,7 @@ TEST_F(AgentSessionTest, CloseFromInsideAHandlerStopsFurtherHandlers) {
   auto holder = std::make_shared<std::weak_ptr<AgentSession>>();
   AgentSession::Handlers h;
   h.on_output = [&, holder](uint32_t, store::OutputStream, uint64_t offset,
-                            std::string_view bytes) -> Result<uint64_t> {
+                            store::OutputBytes& bytes) -> Result<uint64_t> {
     ++outputs;
     if (auto s = holder->lock()) s->Close();  // must not deadlock
     return offset + bytes.size();
@@ -255,7 +365,7 @@ TEST_F(AgentSessionTest, DisconnectIsReportedOnceAndFailsWaitingCalls) {
   std::atomic<int> disconnects{0};
   std::promise<std::string> why;
   AgentSession::Handlers h;
-  h.on_output = [](uint32_t, store::OutputStream, uint64_t o, std::string_view b) -> Result<uint64_t> {
+  h.on_output = [](uint32_t, store::OutputStream, uint64_t o, store::OutputBytes& b) -> Result<uint64_t> {
     return o + b.size();
   };
   h.on_exit = [](uint32_t, const Json&) -> Status { return Ok(); };
@@ -284,7 +394,7 @@ TEST_F(AgentSessionTest, DisconnectIsReportedOnceAndFailsWaitingCalls) {
 TEST_F(AgentSessionTest, ProtocolErrorEndsOnlyThatSession) {
   std::atomic<int> lost{0};
   AgentSession::Handlers h;
-  h.on_output = [](uint32_t, store::OutputStream, uint64_t o, std::string_view b) -> Result<uint64_t> {
+  h.on_output = [](uint32_t, store::OutputStream, uint64_t o, store::OutputBytes& b) -> Result<uint64_t> {
     return o + b.size();
   };
   h.on_exit = [](uint32_t, const Json&) -> Status { return Ok(); };
@@ -317,14 +427,14 @@ TEST_F(AgentSessionTest, ABlockedHandlerHoldsOnlyItsOwnSession) {
   std::atomic<bool> blocked{false};
   AgentSession::Handlers slow;
   slow.on_output = [&, released](uint32_t, store::OutputStream, uint64_t o,
-                                 std::string_view b) -> Result<uint64_t> {
+                                 store::OutputBytes& b) -> Result<uint64_t> {
     blocked = true;
     released.wait();  // a durable write that takes its time
     return o + b.size();
   };
   slow.on_exit = [](uint32_t, const Json&) -> Status { return Ok(); };
   AgentSession::Handlers fast = slow;
-  fast.on_output = [](uint32_t, store::OutputStream, uint64_t o, std::string_view b) -> Result<uint64_t> {
+  fast.on_output = [](uint32_t, store::OutputStream, uint64_t o, store::OutputBytes& b) -> Result<uint64_t> {
     return o + b.size();
   };
   auto s = Open(Path(0), slow);

@@ -93,7 +93,7 @@ bool Platform::Impl::OomKilled(Sandbox& sb) {
 }
 
 Result<uint64_t> Platform::Impl::StoreOutput(Sandbox& sb, Command& cmd, store::OutputStream s,
-                                             uint64_t offset, std::string_view bytes) {
+                                             uint64_t offset, store::OutputBytes& bytes) {
   if (cmd.discard) return offset + bytes.size();
   const uint64_t size = cmd.log->Size(s);
   if (offset > size) {
@@ -133,7 +133,7 @@ Result<uint64_t> Platform::Impl::StoreOutput(Sandbox& sb, Command& cmd, store::O
   }
   uint64_t stored = size;
   if (allow > 0) {
-    auto r = cmd.log->Append(s, offset, bytes.substr(0, static_cast<size_t>(size - offset + allow)));
+    auto r = cmd.log->Append(s, offset, bytes, size + allow);
     // A failed write may have stored a part; the log knows how much.
     const uint64_t now = cmd.log->Size(s);
     sb.output_stored += static_cast<int64_t>(now - size);

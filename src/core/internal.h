@@ -178,8 +178,9 @@ struct Platform::Impl {
   // Appends output within the quota and the host reserve; holds the command (and returns
   // the durable size, so the agent is not credited) when either is reached. Caller holds
   // cmd.mu.
+  // Consumes what it stores from `bytes` (the session drops the rest).
   Result<uint64_t> StoreOutput(Sandbox& sb, Command& cmd, store::OutputStream s, uint64_t offset,
-                               std::string_view bytes);
+                               store::OutputBytes& bytes);
   // kResourceExhausted while an exiting command still has output held (the exit is then
   // left unacknowledged; the agent sends it again after the output). Caller holds cmd.mu.
   Status ExitComplete(Command& cmd, const Json& exit);

@@ -298,7 +298,7 @@ Status Platform::Impl::ConnectAgent(const std::shared_ptr<Sandbox>& sb, int64_t 
   Platform* platform = self;
   InitGuards(*sb);
   h.on_output = [weak, platform, this](uint32_t stream, store::OutputStream s, uint64_t offset,
-                                 std::string_view bytes) -> Result<uint64_t> {
+                                       store::OutputBytes& bytes) -> Result<uint64_t> {
     auto sb = weak.lock();
     if (!sb) return offset + bytes.size();
     std::shared_ptr<Command> cmd;

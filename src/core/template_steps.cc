@@ -194,7 +194,10 @@ Status RunStep(Build& b, const std::string& layer, const std::string& key_hex,
   AgentSession::Handlers h;
   BuildLog* log = b.log.get();
   h.on_output = [rs, log](uint32_t, store::OutputStream s, uint64_t offset,
-                          std::string_view bytes) -> Result<uint64_t> {
+                          store::OutputBytes& data) -> Result<uint64_t> {
+    auto view = data.View();
+    if (!view) return tl::unexpected(view.error());
+    std::string_view bytes = *view;
     std::lock_guard l(rs->mu);
     uint64_t& size = rs->size[s == store::OutputStream::kStderr ? 1 : 0];
     if (offset + bytes.size() > size && offset <= size) {

@@ -78,6 +78,12 @@ Result<std::unique_ptr<OutputLog>> OutputLog::Open(const std::string& dir,
 }
 
 Result<uint64_t> OutputLog::Append(OutputStream s, uint64_t offset, std::string_view bytes) {
+  OutputBytes b(bytes);
+  return Append(s, offset, b);
+}
+
+Result<uint64_t> OutputLog::Append(OutputStream s, uint64_t offset, OutputBytes& bytes,
+                                   uint64_t end) {
   int i = StreamIndex(s);
   if (i < 0) return Fail(Errc::kInvalidArgument, "append output: invalid stream");
   const std::string_view name = OutputStreamName(s);
@@ -88,15 +94,18 @@ Result<uint64_t> OutputLog::Append(OutputStream s, uint64_t offset, std::string_
                                             std::to_string(size));
   }
   // Bytes below `size` are already stored (a retransmission after a reconnect).
-  uint64_t skip = size - offset;
-  if (skip >= bytes.size()) return size;
-  bytes.remove_prefix(static_cast<size_t>(skip));
+  const uint64_t skip = size - offset;
+  if (skip >= bytes.left() || end <= size) return size;
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes.left() - skip, end - size));
+  SPACE_TRY_WRAP(bytes.Skip(static_cast<size_t>(skip)), "append " + std::string(name));
   if (!fds_[i]) {
-    auto fd = sys::Open(OutputPath(dir_, command_id_, s), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    // Written at explicit offsets (the log's size), not O_APPEND: splice(2) refuses
+    // O_APPEND files. This object is the files' only writer.
+    auto fd = sys::Open(OutputPath(dir_, command_id_, s), O_WRONLY | O_CREAT, 0600);
     if (!fd) return tl::unexpected(std::move(fd).error().Wrap("append " + std::string(name)));
     fds_[i] = std::move(*fd);
   }
-  auto w = sys::WriteAll(fds_[i].get(), bytes);
+  auto w = bytes.WriteTo(fds_[i].get(), size, n);
   if (!w) {
     // A failed write may still have stored part of the chunk (e.g. ENOSPC midway): take
     // the size from the file so the next Append (a retransmission) continues correctly.
@@ -104,7 +113,7 @@ Result<uint64_t> OutputLog::Append(OutputStream s, uint64_t offset, std::string_
     if (::fstat(fds_[i].get(), &st) == 0) size = static_cast<uint64_t>(st.st_size);
     return tl::unexpected(std::move(w).error().Wrap("append " + std::string(name)));
   }
-  size += bytes.size();
+  size += n;
   return size;
 }
 
@@ -158,7 +167,7 @@ Result<std::string> ReadOutput(const std::string& dir, const std::string& comman
 OutputReader::OutputReader(std::string dir, std::string command_id)
     : dir_(std::move(dir)), command_id_(std::move(command_id)) {}
 
-Result<std::string> OutputReader::Read(OutputStream s, uint64_t offset, size_t max) {
+Result<int> OutputReader::File(OutputStream s) {
   const std::string ctx = "read output " + command_id_;
   SPACE_TRY_WRAP(ValidateCommandId(command_id_), ctx);
   int index = StreamIndex(s);
@@ -168,12 +177,30 @@ Result<std::string> OutputReader::Read(OutputStream s, uint64_t offset, size_t m
     const std::string path = OutputPath(dir_, command_id_, s);
     int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (raw < 0) {
-      if (errno == ENOENT) return std::string();  // nothing written yet
+      if (errno == ENOENT) return -1;  // nothing written yet
       return ErrnoFail(ctx + ": open " + path);
     }
     fd.Reset(raw);
   }
-  return ReadAt(fd.get(), ctx, offset, max);
+  return fd.get();
+}
+
+Result<std::string> OutputReader::Read(OutputStream s, uint64_t offset, size_t max) {
+  auto fd = File(s);
+  if (!fd) return tl::unexpected(fd.error());
+  if (*fd < 0) return std::string();
+  return ReadAt(*fd, "read output " + command_id_, offset, max);
+}
+
+Result<OutputReader::Extent> OutputReader::Find(OutputStream s, uint64_t offset, size_t max) {
+  auto fd = File(s);
+  if (!fd) return tl::unexpected(fd.error());
+  if (*fd < 0) return Extent{};
+  struct stat st;
+  if (::fstat(*fd, &st) != 0) return ErrnoFail("read output " + command_id_ + ": fstat");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (offset >= size) return Extent{*fd, 0};
+  return Extent{*fd, static_cast<size_t>(std::min<uint64_t>(max, size - offset))};
 }
 
 uint64_t OutputSize(const std::string& dir, const std::string& command_id, OutputStream s) {

@@ -173,14 +173,55 @@ class Store {
 enum class OutputStream : uint8_t { kStdout = 1, kStderr = 2 };
 std::string_view OutputStreamName(OutputStream s);   // "stdout" / "stderr"
 
+// Output bytes on their way into an OutputLog: in memory, or the next size() bytes queued
+// on a socket (the agent's connection), which OutputLog::Append moves into the log file with
+// splice(2) so that they never pass through user space. Consumed front to back, once; what
+// the consumer leaves is dropped by whoever made the object (Drop()). Not thread-safe; a
+// socket's bytes must be read on the thread that owns the socket's reads.
+class OutputBytes {
+ public:
+  explicit OutputBytes(std::string_view memory) : memory_(memory), size_(memory.size()) {}
+  // The next `size` bytes of stream socket `fd`, which must already be queued (FIONREAD):
+  // nothing here waits for more.
+  OutputBytes(int fd, size_t size) : socket_(fd), size_(size) {}
+  OutputBytes(const OutputBytes&) = delete;
+  OutputBytes& operator=(const OutputBytes&) = delete;
+
+  size_t size() const { return size_; }
+  size_t left() const { return size_ - pos_; }
+  // The bytes not consumed yet, in memory (read from the socket first if they are there):
+  // for consumers that look at them (template build logs, tests). Valid while this lives.
+  [[nodiscard]] Result<std::string_view> View();
+  // Consumes the next n (<= left()) bytes without storing them.
+  [[nodiscard]] Status Skip(size_t n);
+  // Consumes the next n (<= left()) bytes by writing them into file `fd` at `at` (pwrite,
+  // or splice from the socket through a pipe of the calling thread). On an error (ENOSPC,
+  // say) the bytes it took are gone, some of them perhaps written (the file's size
+  // tells), and left() counts the rest.
+  [[nodiscard]] Status WriteTo(int fd, uint64_t at, size_t n);
+  // Consumes whatever is left (a socket's bytes are read and thrown away).
+  [[nodiscard]] Status Drop() { return Skip(left()); }
+
+ private:
+  std::string_view memory_;  // the bytes, or those read from the socket by View()
+  std::string read_;         // View()'s copy of a socket's bytes
+  int socket_ = -1;          // -1: memory_ holds all size_ bytes
+  size_t size_ = 0;
+  size_t pos_ = 0;           // consumed
+  size_t mem_base_ = 0;      // memory_[0] is byte mem_base_ (View() read from there)
+};
+
 class OutputLog {
  public:
   // Opens (creating) `<dir>/<command_id>.stdout|.stderr`; `dir` is created if missing.
   [[nodiscard]] static Result<std::unique_ptr<OutputLog>> Open(const std::string& dir,
                                                                const std::string& command_id);
-  // Stores bytes that start at `offset` of the stream. Bytes below the current size are
-  // skipped (already stored); offset > size is an error (a gap). Returns the new size.
-  // Data is write()n (in the page cache) before this returns: it survives a daemon crash.
+  // Stores bytes that start at `offset` of the stream, up to stream position `end` at most
+  // (the rest is left in `bytes`). Bytes below the current size are skipped (already
+  // stored); offset > size is an error (a gap). Returns the new size.
+  // Data is written (to the page cache) before this returns: it survives a daemon crash.
+  [[nodiscard]] Result<uint64_t> Append(OutputStream s, uint64_t offset, OutputBytes& bytes,
+                                        uint64_t end = UINT64_MAX);
   [[nodiscard]] Result<uint64_t> Append(OutputStream s, uint64_t offset, std::string_view bytes);
   uint64_t Size(OutputStream s) const;
   // fdatasync both files (called when the command ends).
@@ -205,8 +246,18 @@ class OutputReader {
   OutputReader(std::string dir, std::string command_id);
   // As ReadOutput(); a file that does not exist yet reads as empty.
   [[nodiscard]] Result<std::string> Read(OutputStream s, uint64_t offset, size_t max);
+  // Where up to `max` stored bytes from `offset` are, without reading them: the open log
+  // file (owned by the reader, valid while it lives) and how many bytes it holds there
+  // now; {-1, 0} while the file does not exist yet. For sendfile(2).
+  struct Extent {
+    int fd = -1;
+    size_t length = 0;
+  };
+  [[nodiscard]] Result<Extent> Find(OutputStream s, uint64_t offset, size_t max);
 
  private:
+  // The stream's log file, opened on first use; -1 while it does not exist.
+  Result<int> File(OutputStream s);
   std::string dir_, command_id_;
   sys::UniqueFd fds_[2];
 };
