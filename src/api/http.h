@@ -17,9 +17,12 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <atomic>
 #include <map>
+#include <memory>
 #include <set>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -51,6 +54,17 @@ struct Conn {
   tcp::endpoint remote;  // the client
   tcp::endpoint local;   // the address and port of spaced it reached
   bool tls = false;      // it came over TLS (spaced --tls-cert / --tls-self-signed)
+  // Set by Serve when a handler threw ResetConnection, for the TLS front (which holds the
+  // client's socket) to reset it too instead of closing it with close_notify. Only over TLS.
+  std::shared_ptr<std::atomic<bool>> reset;
+};
+
+// Thrown by a handler to end its connection with a TCP reset instead of a clean close: a
+// stream whose peer vanished mid-way (E2B's SDKs read a reset, not an EOF, as "the sandbox
+// went away" and then probe it). Whatever was written before still reaches the client.
+class ResetConnection : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 struct Ctx {

@@ -1,4 +1,5 @@
 #include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
 #include <sys/sendfile.h>
 
 #include <atomic>
@@ -320,6 +321,7 @@ Awaitable<void> Server::Impl::Accept() {
 Awaitable<void> Server::Impl::Serve(tcp::socket socket, Conn conn) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
+  bool reset = false;  // a handler threw ResetConnection
   try {
     for (;;) {
       http::request_parser<http::empty_body> parser;
@@ -389,8 +391,28 @@ Awaitable<void> Server::Impl::Serve(tcp::socket socket, Conn conn) {
       }
       if (!ctx.keep_alive) break;
     }
+  } catch (const ResetConnection& e) {
+    spdlog::debug("connection from {}: reset: {}", conn.remote.address().to_string(), e.what());
+    reset = true;
   } catch (const std::exception& e) {
     // Client went away or a write failed: nothing to answer.
+  }
+  if (reset) {
+    // A reset drops what the kernel has not sent yet: wait (a moment at most) until what
+    // was written has left, then close with SO_LINGER 0, which sends the RST (over TLS the
+    // front, which holds the client's socket, resets it once it has relayed those bytes).
+    if (conn.reset) conn.reset->store(true);
+    beast::error_code ec;
+    asio::steady_timer wait(stream.get_executor());
+    for (int i = 0; i < 100; ++i) {
+      int unsent = 0;
+      if (::ioctl(stream.socket().native_handle(), TIOCOUTQ, &unsent) != 0 || unsent == 0) break;
+      wait.expires_after(std::chrono::milliseconds(10));
+      co_await wait.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    stream.socket().set_option(asio::socket_base::linger(true, 0), ec);
+    stream.socket().close(ec);
+    co_return;
   }
   beast::error_code ec;
   stream.socket().shutdown(tcp::socket::shutdown_send, ec);

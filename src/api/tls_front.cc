@@ -175,6 +175,8 @@ Awaitable<void> TlsFront::Serve(tcp::socket socket, Conn conn, ServeFn serve) {
     spdlog::warn("TLS connection from {}: {}", Peer(conn), (aec ? aec : pec).message());
     co_return;
   }
+  auto reset = std::make_shared<std::atomic<bool>>(false);
+  conn.reset = reset;
   asio::co_spawn(ex, serve(std::move(plain), conn), asio::detached);
   asio::co_spawn(ex, Down(s), asio::detached);
   const bool served = co_await Up(s);
@@ -186,6 +188,13 @@ Awaitable<void> TlsFront::Serve(tcp::socket socket, Conn conn, ServeFn serve) {
   if (!s->reader_done) raw.cancel(ignored);
   while (!s->reader_done) co_await s->join.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
   s->pair.close(ignored);
+  if (reset->load()) {
+    // The handler asked for a reset (ResetConnection): no close_notify, an RST after what
+    // it wrote, which Up has relayed (the reset came after its last byte).
+    raw.set_option(asio::socket_base::linger(true, 0), ignored);
+    raw.close(ignored);
+    co_return;
+  }
   if (served) {
     // close_notify goes out at once (the end of a body that ends with the connection);
     // then Asio reads until the client's own close_notify, an error, or the deadline.

@@ -294,8 +294,12 @@ describe('lifecycle and listing', () => {
     await sbx.files.write('/tmp/kept.txt', 'kept')
     const bootId = (await sbx.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout
     await waitFor(async () => (await sbx.getInfo()).state === 'paused', 'the timeout to pause it', 20_000)
-    const info = await api(`/v1/sandboxes/${sbx.sandboxId}`, { headers: { Authorization: `Bearer ${process.env.E2B_API_KEY}` } })
-    assert.equal((await info.json()).state, 'suspended', 'kept on disk, not in memory')
+    // E2B's "paused" covers SPACE's suspending too; a pause in memory would never get here.
+    const spaceState = async () => {
+      const info = await api(`/v1/sandboxes/${sbx.sandboxId}`, { headers: { Authorization: `Bearer ${process.env.E2B_API_KEY}` } })
+      return (await info.json()).state
+    }
+    await waitFor(async () => (await spaceState()) === 'suspended', 'kept on disk (suspended), not in memory', 20_000)
     const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 600_000 })
     assert.equal(await again.files.read('/tmp/kept.txt'), 'kept')
     assert.notEqual((await again.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout, bootId)

@@ -191,13 +191,14 @@ Awaitable<void> StreamProcess(Ctx& ctx, const std::string& sb, const core::Comma
   };
   auto finish = [&](const core::CommandInfo& done) -> Awaitable<void> {
     finished = true;
-    // Killed with its sandbox: as envd's stream, the connection just ends (the SDK then
-    // probes /health and raises "the sandbox was killed" rather than an exit error).
+    // Killed with its sandbox: as envd's stream, the connection is reset (the SDKs read a
+    // reset as a transport failure, probe /health, get 502 and raise "the sandbox was
+    // killed"; Python's takes a clean EOF mid-chunk for a protocol error and does not).
     const bool gone = co_await ctx.Blocking([&] {
       auto rec = ctx.platform->GetSandbox(sb);
       return !rec || rec->state == "deleting" || rec->state == "deleted";
     });
-    if (gone) throw std::runtime_error("sandbox " + sb + " was deleted while " + done.record.id + " ran");
+    if (gone) throw ResetConnection("sandbox " + sb + " was deleted while " + done.record.id + " ran");
     std::string out;
     if (done.record.timed_out) {
       // The call's deadline (Connect-Timeout-Ms) is the command's timeout.

@@ -346,6 +346,18 @@ def test_kill_is_running_and_not_found_after():
     assert listed(metadata={"suite": RUN, "role": "kill"}) == []
 
 
+def test_killed_while_a_command_runs_says_so():
+    # The command's stream is reset when its sandbox goes (as envd's connection drops), so
+    # the SDK probes the sandbox, finds it gone (502) and says it was killed, rather than
+    # reporting a protocol error (what a clean end of the connection mid-chunk gives).
+    sbx = create(metadata={"role": "killed-mid-run"})
+    cmd = sbx.commands.run("sleep 60", background=True)
+    sbx.kill()
+    with pytest.raises(TimeoutException) as e:
+        cmd.wait()
+    assert "sandbox was killed or reached its end of life" in str(e.value)
+
+
 # ---------------------------------------------------------------- ports over https
 
 @pytest.mark.skipif(not TLS_CA, reason="spaced serves no TLS here (SPACE_TLS_CA is unset)")
