@@ -8,6 +8,7 @@
 #include <net/route.h>
 #include <netinet/in.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -159,6 +160,46 @@ std::string WriteFiles(const Json& files) {
   return "";
 }
 
+// Named volumes of a microVM (docs/volumes.md): the host serves them through one
+// virtiofs device, tag "space-volumes", whose root holds one directory per volume ("0",
+// "1", ...: the order of `volumes`). It is mounted at /.space/volumes and each directory
+// bound at its path, nosuid and nodev like the oci runtime's binds, read-only where asked
+// (EROFS in this kernel; the host's side of a read-only volume is read-only as well, so a
+// remount by the guest's root gains nothing). Idempotent: a path already bound to its
+// directory is left as it is. "" on success, else why not.
+std::string MountVolumes(const Json& vols) {
+  if (!vols.is_array() || vols.size() > 16) return "volumes must be an array of at most 16";
+  const std::string root = "/.space/volumes";
+  struct stat space_st, root_st;
+  if (::mkdir(root.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir " + root);
+  if (::stat("/.space", &space_st) != 0 || ::stat(root.c_str(), &root_st) != 0) return Errno("stat " + root);
+  if (root_st.st_dev == space_st.st_dev &&
+      ::mount("space-volumes", root.c_str(), "virtiofs", MS_NOSUID | MS_NODEV, nullptr) != 0)
+    return Errno("mount the volumes' virtiofs device");
+  for (size_t k = 0; k < vols.size(); ++k) {
+    const std::string path = JsonStringOr(vols[k], "path", "");
+    const bool ro = JsonBoolOr(vols[k], "read_only", false);
+    if (path.size() < 2 || path[0] != '/' || path.back() == '/' || path.size() > 4096 ||
+        path.find("/../") != std::string::npos || path.find("//") != std::string::npos ||
+        path.find('\0') != std::string::npos || (path.size() >= 3 && path.compare(path.size() - 3, 3, "/..") == 0))
+      return "bad volume path " + path;
+    const std::string source = root + "/" + std::to_string(k);
+    for (size_t p = path.find('/', 1);; p = path.find('/', p + 1)) {
+      std::string dir = path.substr(0, p);
+      if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir " + dir);
+      if (p == std::string::npos) break;
+    }
+    struct stat src_st, dst_st;
+    if (::stat(source.c_str(), &src_st) != 0) return Errno("volume directory " + source);
+    if (::stat(path.c_str(), &dst_st) == 0 && dst_st.st_dev == src_st.st_dev && dst_st.st_ino == src_st.st_ino)
+      continue;
+    if (::mount(source.c_str(), path.c_str(), nullptr, MS_BIND, nullptr) != 0) return Errno("bind " + path);
+    unsigned long flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (ro ? MS_RDONLY : 0);
+    if (::mount(nullptr, path.c_str(), nullptr, flags, nullptr) != 0) return Errno("remount " + path);
+  }
+  return "";
+}
+
 }  // namespace
 
 Json SyncIdentity(const Json& j) {
@@ -202,6 +243,11 @@ Json SyncIdentity(const Json& j) {
     std::string err = WriteFiles(*f);
     out["files_written"] = err.empty();
     if (!err.empty()) out["files_error"] = err;
+  }
+  if (const Json* v = JsonField(j, "volumes")) {
+    std::string err = MountVolumes(*v);
+    out["volumes_mounted"] = err.empty();
+    if (!err.empty()) out["volumes_error"] = err;
   }
   return out;
 }

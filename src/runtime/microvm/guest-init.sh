@@ -3,7 +3,8 @@
 # (/dev/vda, the sandbox's qcow2 overlay on its template image), puts space-agent on a
 # tmpfs at /.space inside it and hands PID 1 over to the agent on the virtio-serial port
 # named space.0. Kernel command line: SPACE_HOSTNAME=NAME sets the host name;
-# errors end in poweroff so
+# SPACE_VOLUMES=1 loads fuse and virtiofs (the agent mounts the volumes at its first sync:
+# docs/volumes.md; other VMs do without the ~50 ms under TCG); errors end in poweroff so
 # the host sees QEMU exit instead of a hung boot.
 /bin/busybox mount -t devtmpfs dev /dev
 /bin/busybox mount -t proc proc /proc
@@ -15,6 +16,11 @@ fail() {
 for m in virtio_ring virtio virtio_mmio virtio_blk virtio_console failover net_failover virtio_net; do
   /bin/busybox insmod /lib/modules/$m.ko 2>/dev/ttyS0 || fail "insmod $m"
 done
+if [ "$SPACE_VOLUMES" = 1 ]; then
+  for m in fuse virtiofs; do
+    /bin/busybox insmod /lib/modules/$m.ko 2>/dev/ttyS0 || fail "insmod $m"
+  done
+fi
 i=0
 while [ ! -b /dev/vda ]; do
   i=$((i+1)); [ $i -gt 2000 ] && fail "no root disk /dev/vda"

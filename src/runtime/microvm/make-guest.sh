@@ -3,7 +3,8 @@
 #   vmlinux      the uncompressed kernel of the newest installed Debian cloud kernel
 #                (PVH entry: QEMU boots it directly, ~0.25 s faster than the bzImage)
 #   initrd.cpio  uncompressed newc cpio: busybox, /init (guest-init.sh), space-agent and
-#                the virtio modules of that kernel (disk, console, network)
+#                the virtio modules of that kernel (disk, console, network) plus fuse and
+#                virtiofs (named volumes; loaded only by VMs that mount some)
 #   kernel-version
 # Usage: make-guest.sh OUTDIR AGENT_BINARY INIT_SCRIPT [BUSYBOX]
 # Without an installed kernel it prints a warning and exits 0 (spaced then reports the
@@ -43,7 +44,8 @@ cp "$agent" "$root/space-agent"
 cp "$init" "$root/init"
 chmod 0755 "$root/init" "$root/space-agent" "$root/bin/busybox"
 for m in drivers/virtio/virtio drivers/virtio/virtio_ring drivers/virtio/virtio_mmio drivers/block/virtio_blk \
-         drivers/char/virtio_console net/core/failover drivers/net/net_failover drivers/net/virtio_net; do
+         drivers/char/virtio_console net/core/failover drivers/net/net_failover drivers/net/virtio_net \
+         fs/fuse/fuse fs/fuse/virtiofs; do
   f=$(ls "$mods/$m".ko* | head -n 1)
   case $f in
     *.xz) xz -dc "$f" > "$root/lib/modules/$(basename "$m").ko" ;;
