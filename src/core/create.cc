@@ -156,6 +156,18 @@ Result<std::shared_ptr<Platform::Sandbox>> Platform::Impl::NewSandbox(
   if (req.idle_timeout_s < 0) return Fail(Errc::kInvalidArgument, "idle_timeout must be >= 0");
   if (req.snapshot_every_s < 0 || req.keep_last < 0)
     return Fail(Errc::kInvalidArgument, "snapshot_every and keep_last must be >= 0");
+  if (!volumes->empty() && !runtimes.at(rt)->Caps().snapshot_with_volumes) {
+    // What would need the VM's memory saved later is refused now (docs/volumes.md).
+    const std::string why = "the " + rt + " runtime cannot save a VM's memory while it shares volumes (virtiofs)";
+    if (!req.snapshot_id.empty())
+      return Fail(Errc::kInvalidArgument, "snapshot " + req.snapshot_id +
+                                              " holds a VM's memory, which cannot gain volumes: " + why +
+                                              "; create from a template to mount volumes");
+    if (on_timeout == "suspend")
+      return Fail(Errc::kInvalidArgument, "on_timeout suspend with volumes: " + why + "; use pause or delete");
+    if (req.snapshot_every_s > 0)
+      return Fail(Errc::kInvalidArgument, "snapshot_every with volumes: " + why);
+  }
 
   auto sb = std::make_shared<Sandbox>();
   sb->rec.id = NewId("sb");

@@ -117,6 +117,10 @@ struct Platform::Impl {
                               bool any_runtime = false);
   // Recovery: finishes interrupted volume creates and deletes, mounts every ready volume.
   void RecoverVolumes();
+  // kConflict when the sandbox mounts volumes and its runtime cannot save its memory with
+  // them (Capabilities::snapshot_with_volumes): `what` ("snapshotted", "forked",
+  // "suspended") is refused before anything starts. Caller holds the sandbox's mutex.
+  Status RefuseWithVolumes(const store::SandboxRecord& rec, const std::string& what);
 
   // Operation workers.
   std::mutex q_mu;

@@ -98,6 +98,7 @@ Result<store::OperationRecord> Platform::Transition(const std::string& id, const
     for (const auto& f : rule->from) legal = legal || sb->rec.state == f;
     if (!legal)
       return Fail(Errc::kConflict, "cannot " + kind + " sandbox " + id + ": it is " + sb->rec.state);
+    if (kind == "suspend") SPACE_TRY(impl_->RefuseWithVolumes(sb->rec, "suspended"));
     if (kind == "pause" || kind == "resume") {
       auto caps = impl_->RuntimeFor(sb->rec);
       if (caps && !caps->Caps().pause)
@@ -284,6 +285,7 @@ Result<store::SandboxRecord> Platform::SetTimeout(const std::string& id, int64_t
   std::lock_guard l(sb->mu);
   if (sb->rec.state == "deleting" || sb->rec.state == "deleted")
     return Fail(Errc::kConflict, "sandbox " + id + " is " + sb->rec.state);
+  if (on_timeout == "suspend") SPACE_TRY(impl_->RefuseWithVolumes(sb->rec, "suspended at its timeout"));
   sb->rec.spec["timeout_s"] = timeout_s;
   if (!on_timeout.empty()) sb->rec.spec["on_timeout"] = on_timeout;
   sb->rec.spec["expires_ms"] = timeout_s > 0 ? NowUnixMillis() + timeout_s * 1000 : 0;

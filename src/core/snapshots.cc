@@ -80,6 +80,7 @@ Result<store::OperationRecord> Platform::SnapshotSandbox(const std::string& id) 
       return Fail(Errc::kConflict, "sandbox " + id + " has an operation in progress; try again");
     if (!Snapshottable(sb->rec.state))
       return Fail(Errc::kConflict, "cannot snapshot sandbox " + id + ": it is " + sb->rec.state);
+    SPACE_TRY(impl_->RefuseWithVolumes(sb->rec, "snapshotted"));
     snap.id = NewId("snap");
     snap.sandbox_id = id;
     auto* srt = impl_->SnapshotRuntime(sb->rec.runtime);
@@ -180,6 +181,7 @@ Result<std::pair<store::OperationRecord, std::vector<store::SandboxRecord>>> Pla
       return Fail(Errc::kConflict, "sandbox " + id + " has an operation in progress; try again");
     if (sb->rec.state != "running" && sb->rec.state != "paused")
       return Fail(Errc::kConflict, "cannot fork sandbox " + id + ": it is " + sb->rec.state);
+    SPACE_TRY(impl_->RefuseWithVolumes(sb->rec, "forked"));
     op.id = NewId("op");
     op.kind = "fork";
     op.target = id;

@@ -316,6 +316,18 @@ Result<Json> Platform::Impl::ResolveVolumes(const std::vector<VolumeMount>& moun
   return out;
 }
 
+Status Platform::Impl::RefuseWithVolumes(const store::SandboxRecord& rec, const std::string& what) {
+  const Json* vols = JsonField(rec.spec, "volumes");
+  auto* rt = RuntimeFor(rec);
+  if (!vols || !vols->is_array() || vols->empty() || !rt || rt->Caps().snapshot_with_volumes) return Ok();
+  std::string names;
+  for (const auto& v : *vols) names += (names.empty() ? "" : ", ") + JsonStringOr(v, "name", "?");
+  return Fail(Errc::kConflict, "sandbox " + rec.id + " mounts volumes (" + names + ") and cannot be " +
+                                   what + ": the " + rec.runtime +
+                                   " runtime cannot save a VM's memory while it shares volumes "
+                                   "(virtiofs); pause keeps it in memory (docs/volumes.md)");
+}
+
 void Platform::Impl::RecoverVolumes() {
   std::unique_lock vl(volumes_mu);
   std::set<std::string> known;

@@ -19,7 +19,8 @@ Json CapabilitiesToJson(const Capabilities& c) {
               {"snapshot_kinds", c.snapshot_kinds},
               {"own_disk", c.own_disk},
               {"network", c.network},
-              {"volumes", c.volumes}};
+              {"volumes", c.volumes},
+              {"snapshot_with_volumes", c.snapshot_with_volumes}};
 }
 
 Capabilities CapabilitiesFromJson(const Json& j) {

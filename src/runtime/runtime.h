@@ -85,6 +85,10 @@ struct Capabilities {
   bool network_tap = false;
   // Binds named volumes (InstanceSpec::volumes) into the sandbox.
   bool volumes = false;
+  // With volumes mounted, the instance can still be snapshotted, forked and suspended, and
+  // a snapshot of this runtime can start with volumes. microvm: no (QEMU cannot migrate a
+  // VM with a virtiofs device), so core refuses those with a sandbox's volumes up front.
+  bool snapshot_with_volumes = true;
 };
 
 // Capabilities as JSON ({"pause":true,...}; the shape of GET /v1/runtimes and of a runtime

@@ -58,8 +58,13 @@ std::vector<std::string> MicrovmRuntime::QemuArgs(const std::string& id, const V
       "random.trust_cpu=on i8042.noaux i8042.nokbd i8042.nopnp i8042.dumbkbd mitigations=off "
       "nokaslr audit=0 8250.nr_uarts=1 SPACE_HOSTNAME=" + cfg.hostname;
   if (tsc_khz_ > 0) append += " tsc_early_khz=" + std::to_string(tsc_khz_);
+  const bool volumes = !cfg.volumes.empty();
+  if (volumes) append += " SPACE_VOLUMES=1";  // the init loads fuse and virtiofs
   std::string mem = std::to_string(cfg.mem_mib) + "M";
-  std::string backend = l.mem_file.empty()
+  // virtiofsd maps the guest's RAM: a VM with volumes has it in a shared memfd (it never
+  // restores a snapshot, so it needs no file).
+  std::string backend = volumes ? "memory-backend-memfd,id=mem0,size=" + mem + ",share=on"
+                        : l.mem_file.empty()
                             ? "memory-backend-ram,id=mem0,size=" + mem
                             : "memory-backend-file,id=mem0,size=" + mem + ",mem-path=" + l.mem_file +
                                   ",share=" + (l.mem_shared ? "on" : "off");
@@ -88,6 +93,14 @@ std::vector<std::string> MicrovmRuntime::QemuArgs(const std::string& id, const V
     // must restore with the other.
     a.insert(a.end(), {"-device", "virtio-net-device,netdev=n0,mac=52:54:00:5a:00:01"});
     a.insert(a.end(), {"-netdev", l.tap_fd >= 0 ? "tap,id=n0,fd=3" : "hubport,id=n0,hubid=0"});
+  }
+  if (volumes) {
+    // libvhost-user (virtiofsd) refuses legacy virtio, microvm's default for virtio-mmio;
+    // the setting changes every device's migration state, so only VMs that are never
+    // migrated get it.
+    a.insert(a.end(), {"-global", "virtio-mmio.force-legacy=false",
+                       "-chardev", "socket,id=volumes,path=" + dir + "/fs.sock",
+                       "-device", "vhost-user-fs-device,chardev=volumes,tag=space-volumes"});
   }
   if (cfg.accel == "kvm") a.insert(a.end(), {"-cpu", "host"});
   if (cfg.uid != 0) a.insert(a.end(), {"-runas", std::to_string(cfg.uid) + ":" + std::to_string(cfg.uid)});
@@ -200,6 +213,11 @@ std::string MicrovmRuntime::SyncFrame(const std::string& id, const VmConfig& cfg
                   {"prefix_len", cfg.net.prefix_len}, {"gateway", cfg.net.gateway}};
   }
   if (files && !files->empty()) req["files"] = *files;
+  if (!cfg.volumes.empty()) {
+    Json vs = Json::array();  // the k-th is directory k of the virtiofs share (volumes.cc)
+    for (const auto& v : cfg.volumes) vs.push_back({{"path", v.path}, {"read_only", v.read_only}});
+    req["volumes"] = vs;
+  }
   return agent::EncodeFrame(agent::FrameType::kRequest, request, agent::EncodeMessage(req));
 }
 
@@ -229,7 +247,7 @@ Status MicrovmRuntime::AgentAwait(const std::string& id, int fd, agent::FrameDec
 
 // What went wrong in the guest with a sync that carried network settings or files ("" if
 // nothing): an agent too old to know them, or its error.
-static std::string SyncError(const agent::Frame& f, bool want_net, bool want_files) {
+static std::string SyncError(const agent::Frame& f, bool want_net, bool want_files, bool want_volumes) {
   auto m = agent::DecodeMessage(f.payload);
   if (!m) return "the agent's answer to sync is unreadable";
   if (auto e = agent::ErrorFromJson(m->json)) return "sync: " + e->message;
@@ -239,6 +257,9 @@ static std::string SyncError(const agent::Frame& f, bool want_net, bool want_fil
   if (want_files && !JsonBoolOr(m->json, "files_written", false))
     return "the guest could not write its network files: " +
            JsonStringOr(m->json, "files_error", "the agent does not write files on sync");
+  if (want_volumes && !JsonBoolOr(m->json, "volumes_mounted", false))
+    return "the guest could not mount its volumes: " +
+           JsonStringOr(m->json, "volumes_error", "the agent does not mount volumes");
   return "";
 }
 
@@ -273,7 +294,7 @@ Status MicrovmRuntime::AgentHandshake(const std::string& id, const VmConfig& cfg
                              return write_failed;
                            }
                            if (f.type != agent::FrameType::kResponse || f.stream != kSyncRequest) return false;
-                           sync_error = SyncError(f, cfg.net.enabled(), files && !files->empty());
+                           sync_error = SyncError(f, cfg.net.enabled(), files && !files->empty(), !cfg.volumes.empty());
                            return true;
                          });
     if (st && !write_failed && !sync_error.empty()) return Fail(Errc::kInternal, sync_error);

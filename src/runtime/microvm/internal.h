@@ -1,7 +1,8 @@
 // Internal to the microvm runtime: the runtime class and its helpers, split by concern
 // over microvm_runtime.cc (lifecycle, snapshots, suspend), boot.cc (QEMU's command line,
 // boot and restore, the agent handshake, acceleration), disk.cc (template images, disk
-// overlays, template snapshots) and pool.cc (the restore pool). See microvm.h.
+// overlays, template snapshots), pool.cc (the restore pool) and volumes.cc (named volumes
+// through virtiofsd). See microvm.h.
 #pragma once
 
 #include <sys/stat.h>
@@ -98,11 +99,21 @@ struct VmConfig {
   // nowhere.
   bool nic = true;
   GuestNet net;        // the guest's address (told on every boot, restore and wake)
+  // Named volumes, served by the VM's virtiofsd (volumes.cc). Such a VM boots cold with
+  // shared memory (memfd) and modern virtio-mmio, and can never be migrated: QEMU 7.2's
+  // vhost-user-fs device is unmigratable (no snapshot, suspend or fork).
+  std::vector<InstanceSpec::VolumeBind> volumes;
   Json ToJson() const {
     Json j = {{"uid", uid}, {"mem_mib", mem_mib}, {"cpus", cpus}, {"accel", accel},
               {"hostname", hostname}, {"suspended", suspended}, {"nic", nic}};
     if (!marker.empty()) j["marker"] = marker;
     if (net.enabled()) j["net"] = net.ToJson();
+    if (!volumes.empty()) {
+      Json vs = Json::array();
+      for (const auto& v : volumes)
+        vs.push_back({{"host_path", v.host_path}, {"path", v.path}, {"read_only", v.read_only}});
+      j["volumes"] = vs;
+    }
     return j;
   }
   static VmConfig FromJson(const Json& j) {
@@ -116,6 +127,11 @@ struct VmConfig {
     c.marker = JsonStringOr(j, "marker", "");
     c.nic = JsonBoolOr(j, "nic", false);  // VMs made before guest networking have none
     if (const Json* n = JsonField(j, "net")) c.net = GuestNet::FromJson(*n);
+    if (const Json* vs = JsonField(j, "volumes"); vs && vs->is_array()) {
+      for (const auto& v : *vs)
+        c.volumes.push_back({JsonStringOr(v, "host_path", ""), JsonStringOr(v, "path", ""),
+                             JsonBoolOr(v, "read_only", false)});
+    }
     return c;
   }
 };
@@ -161,6 +177,13 @@ class MicrovmRuntime final : public Runtime {
     if (!unavailable_.empty()) {
       d.available = false;
       d.why_not = unavailable_;
+    }
+    if (std::string why = VolumesUnavailable(); !why.empty()) {
+      d.limitations.push_back("no volumes: " + why);
+    } else {
+      d.limitations.push_back(
+          "a VM with volumes boots cold (no template snapshot) and cannot be snapshotted, "
+          "forked or suspended (virtiofs devices cannot be migrated)");
     }
     return d;
   }
@@ -287,6 +310,20 @@ class MicrovmRuntime final : public Runtime {
   Status AgentHandshake(const std::string& id, const VmConfig& cfg, bool sync, bool restored,
                         sys::UniqueFd* keep = nullptr,
                         const std::map<std::string, std::string>* files = nullptr);
+
+  // --- named volumes (volumes.cc)
+
+  // Why VMs cannot mount volumes here ("" = they can): no virtiofsd, or no uid shift.
+  std::string VolumesUnavailable() const;
+
+  // Starts the VM's virtiofsd for cfg.volumes (before QEMU, which connects to fs.sock).
+  Status StartVirtiofsd(const std::string& id, const VmConfig& cfg);
+
+  // Ends the VM's virtiofsd, if it has one (verified by its command line). Idempotent.
+  Status StopVirtiofsd(const std::string& id);
+
+  // kConflict for a VM with volumes: `what` needs a migration, which virtiofs forbids.
+  static Status RefuseWithVolumes(const std::string& id, const VmConfig& cfg, const std::string& what);
 
   // --- the restore pool
 

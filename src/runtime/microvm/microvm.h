@@ -13,7 +13,9 @@
 //                           (share=off) instead of booting
 //   vms/<id>/               one VM: vm.json, disk.qcow2 (qcow2 overlay), qmp.sock,
 //                           agent.sock (the virtio-serial chardev), console.log, qemu.log,
-//                           qemu.pid, and suspend.state while suspended
+//                           qemu.pid, and suspend.state while suspended; with named
+//                           volumes also fs.sock, virtiofsd.pid, virtiofsd.log and share/
+//                           (volumes.cc)
 //   vms/.pool-<hex>/        a VM of the restore pool (hidden from List): the template
 //                           snapshot restored, its agent's first requests and a throwaway
 //                           command run (this warms TCG's translation cache), then stopped;
@@ -53,8 +55,12 @@ struct MicrovmOptions {
   std::string kernel;                         // uncompressed vmlinux (or a bzImage)
   std::string initrd;                         // the initramfs with space-agent
   std::string qemu_binary = "qemu-system-x86_64";
+  // Serves named volumes to VMs (virtiofs; volumes.cc). QEMU 7.2's, in qemu-system-common.
+  std::string virtiofsd = "/usr/lib/qemu/virtiofsd";
   std::string accel = "auto";                 // auto | kvm | tcg
-  uint32_t template_uid_shift = 0;            // template files are owned by root + this
+  // Template files are owned by root + this; also the map of the volumes' virtiofsd (the
+  // oci sandboxes' user namespace), which VMs with volumes need.
+  uint32_t template_uid_shift = 0;
   uint32_t vm_uid_base = 3000000;             // VMs run as uids from here (0: as root)
   int64_t boot_timeout_ms = 60000;            // QEMU started -> agent HELLO
   bool template_snapshots = true;             // start VMs from a per-template snapshot

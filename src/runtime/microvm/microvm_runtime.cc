@@ -88,6 +88,9 @@ Capabilities MicrovmRuntime::Caps() const {
   c.own_disk = true;
   c.network = true;
   c.network_tap = true;
+  c.volumes = VolumesUnavailable().empty();
+  // Memory cannot be saved while virtiofs shares volumes (VmConfig::volumes).
+  c.snapshot_with_volumes = false;
   return c;
 }
 
@@ -143,6 +146,16 @@ Status MicrovmRuntime::Start(const InstanceSpec& spec) {
     return Fail(Errc::kInvalidArgument, "microvm: a networked sandbox needs a tap in its namespace");
   const std::string dir = VmDir(spec.id);
   if (sys::Exists(dir)) return Fail(Errc::kConflict, "microvm instance " + spec.id + " exists");
+  // Volumes need a cold boot: a saved VM (template snapshot, pool VM, full snapshot) has no
+  // virtiofs device and private memory, and its kernel found its devices long ago.
+  const bool with_volumes = !spec.volumes.empty();
+  if (with_volumes && !spec.snapshot_id.empty())
+    return Fail(Errc::kInvalidArgument, "microvm snapshot " + spec.snapshot_id +
+                                            " holds a VM's memory, which cannot gain volumes "
+                                            "(a virtiofs device cannot be added to a saved VM)");
+  if (with_volumes) {
+    if (std::string why = VolumesUnavailable(); !why.empty()) return Fail(Errc::kUnavailable, why);
+  }
   auto accel = Accel();
   if (!accel) return tl::unexpected(accel.error());
   VmConfig cfg;
@@ -177,7 +190,7 @@ Status MicrovmRuntime::Start(const InstanceSpec& spec) {
     auto img = EnsureImage(spec.template_dir, spec.template_digest, spec.limits.disk_bytes);
     if (!img) return tl::unexpected(std::move(img.error()).Wrap("template disk image"));
     image = *img;
-    if (opts_.template_snapshots) {
+    if (opts_.template_snapshots && !with_volumes) {
       auto tpl = EnsureTemplateSnapshot(image, spec.template_digest, cfg);
       // Pool VMs are restored ahead of time with no network backend: a networked sandbox
       // restores the template snapshot itself, onto its tap.
@@ -205,6 +218,7 @@ Status MicrovmRuntime::Start(const InstanceSpec& spec) {
   if (!uid) return tl::unexpected(uid.error());
   cfg.uid = *uid;
   cfg.net = net;
+  cfg.volumes = spec.volumes;
   // The guest's resolv.conf and the files the network asks for (e.g. the trust bundle with
   // the sandbox's CA), written by the agent at the first sync.
   std::map<std::string, std::string> files = spec.files;
@@ -226,6 +240,7 @@ Status MicrovmRuntime::Start(const InstanceSpec& spec) {
       SPACE_TRY(CreateOverlay(image, dir + "/disk.qcow2"));
     }
     SPACE_TRY(ChownToVm(dir + "/disk.qcow2", cfg.uid));
+    if (with_volumes) SPACE_TRY_WRAP(StartVirtiofsd(spec.id, cfg), "volumes");
     return Boot(spec.id, cfg, launch, /*sync=*/true);
   }();
   if (!st) {
@@ -240,6 +255,7 @@ Status MicrovmRuntime::Destroy(const std::string& id) {
   if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "bad instance id " + id);
   std::string marker = Marker(id);
   SPACE_TRY(Kill(id));
+  SPACE_TRY(StopVirtiofsd(id));
   ReleaseCgroup(marker);
   // A VM taken from the pool left a link at its slot's name (StartPooled).
   if (StartsWith(marker, std::string("space-vm-") + kPoolPrefix)) {
@@ -269,6 +285,7 @@ Status MicrovmRuntime::Snapshot(const std::string& id, const std::string& snapsh
   auto cfgj = sys::ReadFile(dir + "/vm.json");
   if (!cfgj) return Fail(Errc::kNotFound, "no microvm instance " + id);
   VmConfig cfg = VmConfig::FromJson(ParseJson(*cfgj).value_or(Json::object()));
+  SPACE_TRY(RefuseWithVolumes(id, cfg, "snapshotted with its memory"));
   const std::string final_dir = SnapshotDir(snapshot_id);
   if (sys::Exists(final_dir)) return Fail(Errc::kConflict, "snapshot " + snapshot_id + " exists");
   const std::string tmp = opts_.state_dir + "/snapshots/.tmp-" + snapshot_id;
@@ -320,6 +337,7 @@ Status MicrovmRuntime::Suspend(const std::string& id) {
   if (!cfgj) return Fail(Errc::kNotFound, "no microvm instance " + id);
   VmConfig cfg = VmConfig::FromJson(ParseJson(*cfgj).value_or(Json::object()));
   if (cfg.suspended) return Ok();
+  SPACE_TRY(RefuseWithVolumes(id, cfg, "suspended"));
   auto q = QmpClient::Connect(dir + "/qmp.sock", 5000);
   if (!q) return tl::unexpected(q.error());
   SPACE_TRY(q->Execute("stop").map([](auto&&) {}));
