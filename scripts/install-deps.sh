@@ -21,6 +21,8 @@ PKGS=(
   python3-ipykernel python3-jupyter-client python3-matplotlib python3-pytest node-acorn
   libnss-myhostname
 )
+# qemu-system-x86 brings qemu-system-common, whose /usr/lib/qemu/virtiofsd serves named
+# volumes to microVMs (docs/volumes.md; Debian 12 has no separate virtiofsd package).
 # zstd: template_build_test lists a template archive with `tar --zstd`.
 # chromium: the web console's browser tests (console_e2e_test) drive Debian's build with
 # playwright-core; no browser is ever downloaded.
