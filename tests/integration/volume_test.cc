@@ -283,8 +283,9 @@ TEST_F(VolumeTest, BadMountsAreRefusedAtCreate) {
     body["runtime"] = rt.value("name", "");
     auto r = create(body);
     EXPECT_EQ(r.status, 400) << rt.dump() << ": " << r.body;
-    if (!rt["capabilities"].value("volumes", false))
+    if (!rt["capabilities"].value("volumes", false)) {
       EXPECT_NE(r.body.find("cannot mount volumes"), std::string::npos) << r.body;
+    }
   }
   // Nothing was created by any of them.
   EXPECT_TRUE(Req(c(), "GET", "/v1/volumes/mounts").json["sandboxes"].empty());
