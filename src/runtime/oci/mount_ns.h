@@ -14,7 +14,7 @@
 // namespace of that start alone (sys::SpawnOptions::attach_mounts). Every mount table the
 // runtime binary reads or copies (it reads /proc/mounts and unshares one per container)
 // is then as small as this one: with the host's mounts shared in, both grew with every
-// sandbox (issue 17, docs/benchmarks.md "Create and delete rates").
+// sandbox (issue 17, docs/benchmarks-density.md "Create and delete rates").
 //
 // A namespace made by an older spaced (a slave that received the shared dirs' mounts) is
 // not re-used: it is replaced, and the mounts it had received go with it.
