@@ -66,21 +66,6 @@ std::vector<std::string> HostIpv4() {
   return out;
 }
 
-// Host processes whose command line contains `needle`.
-std::vector<int> HostProcessesWith(const std::string& needle) {
-  std::vector<int> out;
-  DIR* d = ::opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    int pid = std::atoi(e->d_name);
-    if (pid <= 0) continue;
-    auto cmd = sys::ReadFile("/proc/" + std::string(e->d_name) + "/cmdline");
-    if (cmd && cmd->find(needle) != std::string::npos) out.push_back(pid);
-  }
-  ::closedir(d);
-  return out;
-}
-
 struct ProbeResult {
   std::string verdict, detail, raw;
   int exit_code = -1;

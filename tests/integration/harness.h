@@ -6,6 +6,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -16,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cli/client.h"
 #include "runtime/microvm/microvm.h"
@@ -266,6 +268,43 @@ inline std::string CreateSandbox(client::Client& c, const Json& body = Json::obj
     return "";
   }
   return sb->value("id", "");
+}
+
+// One API request's answer: its status, its body, and the body parsed as JSON (null when
+// it is not JSON).
+struct ApiReply {
+  int status = 0;
+  Json json;
+  std::string body;
+};
+
+// `method path` with `body` of `type` (no body and no type when empty). A request that gets
+// no answer fails the test and returns status 0.
+inline ApiReply ApiRequest(client::Client& c, const std::string& method, const std::string& path,
+                           const std::string& body = "", const std::string& type = "application/json") {
+  auto r = c.Request(method, path, body, body.empty() ? "" : type);
+  if (!r) {
+    ADD_FAILURE() << method << " " << path << ": " << r.error().message;
+    return {};
+  }
+  ApiReply out{r->status, Json(), r->body};
+  if (auto j = ParseJson(r->body)) out.json = *j;
+  return out;
+}
+
+// Host processes (this one aside) whose command line contains `needle`.
+inline std::vector<pid_t> HostProcessesWith(const std::string& needle) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0 || pid == ::getpid()) continue;
+    auto cmd = sys::ReadFile("/proc/" + std::string(e->d_name) + "/cmdline");
+    if (cmd && cmd->find(needle) != std::string::npos) out.push_back(pid);
+  }
+  ::closedir(d);
+  return out;
 }
 
 // POST /v1/templates {"builtin":name}?wait=... and waits for the operation to succeed.

@@ -4,7 +4,6 @@
 // the host's kernels, no setuid or device files on the host, the operations that would
 // save the VM's memory refused with a clear error, and nothing left behind (QEMU,
 // virtiofsd, sockets, mounts). One VM boot: every boot costs seconds under TCG.
-#include <dirent.h>
 #include <sys/stat.h>
 
 #include "common/json.h"
@@ -15,38 +14,6 @@ namespace space::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-struct Reply {
-  int status = 0;
-  Json json;
-  std::string body;
-};
-
-Reply Req(client::Client& c, const std::string& method, const std::string& path, const Json& body = nullptr) {
-  auto r = c.Request(method, path, body.is_null() ? "" : body.dump(), body.is_null() ? "" : "application/json");
-  if (!r) {
-    ADD_FAILURE() << method << " " << path << ": " << r.error().message;
-    return {};
-  }
-  Reply out{r->status, Json(), r->body};
-  if (auto j = ParseJson(r->body)) out.json = *j;
-  return out;
-}
-
-// Processes whose command line holds `part` (QEMU of a VM: its dir; virtiofsd: its share).
-std::vector<pid_t> ProcessesWith(const std::string& part) {
-  std::vector<pid_t> out;
-  DIR* d = ::opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    pid_t pid = std::atoi(e->d_name);
-    if (pid <= 0 || pid == ::getpid()) continue;
-    auto cmd = sys::ReadFile("/proc/" + std::string(e->d_name) + "/cmdline");
-    if (cmd && cmd->find(part) != std::string::npos) out.push_back(pid);
-  }
-  ::closedir(d);
-  return out;
-}
 
 class MicrovmVolumeTest : public ::testing::Test {
  protected:
@@ -66,7 +33,7 @@ class MicrovmVolumeTest : public ::testing::Test {
 };
 
 TEST_F(MicrovmVolumeTest, SharedWithOciAndTheHostReadOnlyOwnersRefusalsAndCleanup) {
-  auto rts = Req(c(), "GET", "/v1/runtimes");
+  auto rts = ApiRequest(c(), "GET", "/v1/runtimes");
   bool volumes = false;
   for (const auto& r : rts.json["runtimes"]) {
     if (r.value("name", "") != "microvm") continue;
@@ -74,22 +41,24 @@ TEST_F(MicrovmVolumeTest, SharedWithOciAndTheHostReadOnlyOwnersRefusalsAndCleanu
     EXPECT_EQ(r["capabilities"].value("snapshot_with_volumes", true), false) << r.dump();
   }
   ASSERT_TRUE(volumes) << rts.body;
-  ASSERT_EQ(Req(c(), "POST", "/v1/volumes", {{"name", "shared"}, {"size_bytes", 16 << 20}}).status, 201);
-  ASSERT_EQ(Req(c(), "POST", "/v1/volumes", {{"name", "models"}, {"size_bytes", 16 << 20}}).status, 201);
+  for (const char* name : {"shared", "models"}) {
+    auto made = ApiRequest(c(), "POST", "/v1/volumes", Json{{"name", name}, {"size_bytes", 16 << 20}}.dump());
+    ASSERT_EQ(made.status, 201) << made.body;
+  }
   auto seed = c().Request("PUT", "/v1/volumes/models/files?path=/weights.bin", "w1", "application/octet-stream");
   ASSERT_TRUE(seed && seed->status < 300) << (seed ? seed->body : seed.error().message);
 
   // Bad paths are refused for microvm as for oci, before any VM boots.
   for (const std::string p : {"relative", "/", "/proc/x", "/.space", "/a/../b", "/etc/resolv.conf"}) {
-    auto r = Req(c(), "POST", "/v1/sandboxes",
-                 {{"runtime", "microvm"}, {"volumes", Json::array({{{"name", "shared"}, {"path", p}}})}});
+    Json body = {{"runtime", "microvm"}, {"volumes", Json::array({{{"name", "shared"}, {"path", p}}})}};
+    auto r = ApiRequest(c(), "POST", "/v1/sandboxes", body.dump());
     EXPECT_EQ(r.status, 400) << p << ": " << r.body;
   }
   // What would need the VM's memory saved later is refused at create.
   Json vols = Json::array({{{"name", "shared"}, {"path", "/data"}},
                            {{"name", "models"}, {"path", "/models"}, {"read_only", true}}});
-  auto later = Req(c(), "POST", "/v1/sandboxes",
-                   {{"runtime", "microvm"}, {"volumes", vols}, {"timeout", 60}, {"on_timeout", "suspend"}});
+  Json suspending = {{"runtime", "microvm"}, {"volumes", vols}, {"timeout", 60}, {"on_timeout", "suspend"}};
+  auto later = ApiRequest(c(), "POST", "/v1/sandboxes", suspending.dump());
   EXPECT_EQ(later.status, 400) << later.body;
   EXPECT_NE(later.body.find("cannot save a VM's memory"), std::string::npos) << later.body;
 
@@ -115,14 +84,14 @@ TEST_F(MicrovmVolumeTest, SharedWithOciAndTheHostReadOnlyOwnersRefusalsAndCleanu
   auto back = Sh(vm, "cat /data/oci.txt && stat -c '%u:%g' /data/oci.txt");
   EXPECT_EQ(back.out, "from-oci\n0:0\n") << back.err;
   // The host's file API sees the same owners, and its writes reach the VM.
-  auto st = Req(c(), "GET", "/v1/volumes/shared/files:stat?path=/d/u.txt");
+  auto st = ApiRequest(c(), "GET", "/v1/volumes/shared/files:stat?path=/d/u.txt");
   EXPECT_EQ(st.json.value("uid", -1), 1000) << st.body;
   auto put = c().Request("PUT", "/v1/volumes/shared/files?path=/api.txt", "from-api", "application/octet-stream");
   ASSERT_TRUE(put && put->status < 300);
   EXPECT_EQ(Sh(vm, "cat /data/api.txt; stat -c %u /data/api.txt").out, "from-api0\n");
   // On the host: the oci sandboxes' uids, never host root; no setuid, setgid or device
   // files, no ids outside the map.
-  auto vol = Req(c(), "GET", "/v1/volumes/shared");
+  auto vol = ApiRequest(c(), "GET", "/v1/volumes/shared");
   const std::string mnt = daemon_->data_dir() + "/volumes/" + vol.json.value("id", "") + "/mnt";
   // spaced's map (storage::kDefaultUidShift): guest 0 = host 1000000, guest 1000 = 1001000,
   // the owners root and user get in an oci sandbox.
@@ -155,37 +124,37 @@ TEST_F(MicrovmVolumeTest, SharedWithOciAndTheHostReadOnlyOwnersRefusalsAndCleanu
                        "grep ' /models ' /proc/mounts | cut -d' ' -f4 | cut -d, -f1; "
                        "touch /models/n" + erofs + "touch /.space/volumes/1/n" + erofs + "ls /models");
   EXPECT_EQ(ro.out, "w1\n1\nremount=0\nrw\n1\n1\nweights.bin\n") << ro.err;
-  const std::string models = Req(c(), "GET", "/v1/volumes/models").json.value("id", "");
+  const std::string models = ApiRequest(c(), "GET", "/v1/volumes/models").json.value("id", "");
   EXPECT_FALSE(sys::Exists(daemon_->data_dir() + "/volumes/" + models + "/mnt/n"));
 
   // Operations that would save the VM's memory: refused at once, the VM untouched.
   for (const auto& [path, body] : std::vector<std::pair<std::string, Json>>{
            {"/snapshots", nullptr}, {"/fork", {{"count", 1}}}, {"/suspend", nullptr},
            {"/timeout", {{"timeout", 600}, {"on_timeout", "suspend"}}}}) {
-    auto refused = Req(c(), "POST", "/v1/sandboxes/" + vm + path, body);
+    auto refused = ApiRequest(c(), "POST", "/v1/sandboxes/" + vm + path, body.is_null() ? "" : body.dump());
     EXPECT_EQ(refused.status, 409) << path << ": " << refused.body;
     EXPECT_NE(refused.body.find("mounts volumes (shared, models)"), std::string::npos) << refused.body;
     EXPECT_NE(refused.body.find("cannot save a VM's memory while it shares volumes"), std::string::npos)
         << refused.body;
   }
-  EXPECT_EQ(Req(c(), "GET", "/v1/snapshots").json["snapshots"].size(), 0u);
-  EXPECT_EQ(Req(c(), "GET", "/v1/sandboxes/" + vm).json.value("state", ""), "running");
+  EXPECT_EQ(ApiRequest(c(), "GET", "/v1/snapshots").json["snapshots"].size(), 0u);
+  EXPECT_EQ(ApiRequest(c(), "GET", "/v1/sandboxes/" + vm).json.value("state", ""), "running");
   // Pause and resume keep it in memory; writes made meanwhile are seen after.
-  EXPECT_EQ(Req(c(), "POST", "/v1/sandboxes/" + vm + "/pause?wait=30s").status, 200);
+  EXPECT_EQ(ApiRequest(c(), "POST", "/v1/sandboxes/" + vm + "/pause?wait=30s").status, 200);
   put = c().Request("PUT", "/v1/volumes/shared/files?path=/while-paused.txt", "p", "application/octet-stream");
   ASSERT_TRUE(put && put->status < 300);
-  EXPECT_EQ(Req(c(), "POST", "/v1/sandboxes/" + vm + "/resume?wait=30s").status, 200);
+  EXPECT_EQ(ApiRequest(c(), "POST", "/v1/sandboxes/" + vm + "/resume?wait=30s").status, 200);
   EXPECT_EQ(Sh(vm, "cat /data/while-paused.txt /data/vm.txt").out, "pfrom-vm\n");
 
   // Deleting the VM ends its QEMU and virtiofsd and leaves no socket or mount; the volume
   // and what the VM wrote stay.
   const std::string vm_dir = daemon_->data_dir() + "/runtime/microvm/vms/" + vm;
   // Its virtiofsd (the launcher and the sandboxed server), and its QEMU beside them.
-  const auto virtiofsd = ProcessesWith(vm_dir + "/share");
+  const auto virtiofsd = HostProcessesWith(vm_dir + "/share");
   EXPECT_FALSE(virtiofsd.empty());
-  EXPECT_GT(ProcessesWith(vm_dir).size(), virtiofsd.size());
+  EXPECT_GT(HostProcessesWith(vm_dir).size(), virtiofsd.size());
   ASSERT_TRUE(c().DeleteSandboxAndWait(vm, 60s));
-  EXPECT_TRUE(ProcessesWith(vm_dir).empty());
+  EXPECT_TRUE(HostProcessesWith(vm_dir).empty());
   EXPECT_FALSE(sys::Exists(vm_dir));
   for (const auto& m : sys::MountsUnder(daemon_->data_dir()))
     EXPECT_EQ(m.find("/runtime/microvm/"), std::string::npos) << m;
@@ -193,8 +162,8 @@ TEST_F(MicrovmVolumeTest, SharedWithOciAndTheHostReadOnlyOwnersRefusalsAndCleanu
   ASSERT_TRUE(kept);
   EXPECT_EQ(kept->body, "from-vm\n");
   ASSERT_TRUE(c().DeleteSandboxAndWait(oci, 60s));
-  EXPECT_EQ(Req(c(), "DELETE", "/v1/volumes/shared").status, 200);
-  EXPECT_EQ(Req(c(), "DELETE", "/v1/volumes/models").status, 200);
+  EXPECT_EQ(ApiRequest(c(), "DELETE", "/v1/volumes/shared").status, 200);
+  EXPECT_EQ(ApiRequest(c(), "DELETE", "/v1/volumes/models").status, 200);
 }
 
 }  // namespace

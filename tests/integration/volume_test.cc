@@ -41,30 +41,12 @@ std::vector<std::string> BundleVolumeBinds(const std::string& data_dir) {
   return out;
 }
 
-struct Reply {
-  int status = 0;
-  Json json;
-  std::string body;
-};
-
-Reply Req(client::Client& c, const std::string& method, const std::string& path,
-          const std::string& body = "", const std::string& type = "application/json") {
-  auto r = c.Request(method, path, body, body.empty() ? "" : type);
-  if (!r) {
-    ADD_FAILURE() << method << " " << path << ": " << r.error().message;
-    return {};
-  }
-  Reply out{r->status, Json(), r->body};
-  if (auto j = ParseJson(r->body)) out.json = *j;
-  return out;
-}
-
 class VolumeTest : public SharedDaemonTest<VolumeTest> {
  protected:
   std::string NewVolume(const std::string& name, int64_t size = 0) {
     Json body = {{"name", name}};
     if (size) body["size_bytes"] = size;
-    auto r = Req(c(), "POST", "/v1/volumes", body.dump());
+    auto r = ApiRequest(c(), "POST", "/v1/volumes", body.dump());
     EXPECT_EQ(r.status, 201) << r.body;
     return r.json.value("id", "");
   }
@@ -82,15 +64,15 @@ class VolumeTest : public SharedDaemonTest<VolumeTest> {
 TEST_F(VolumeTest, CreateListGetDeleteAndBadInput) {
   const std::string id = NewVolume("crud-vol", 64ll << 20);
   ASSERT_TRUE(IsValidId(id, "vol")) << id;
-  auto got = Req(c(), "GET", "/v1/volumes/crud-vol");
+  auto got = ApiRequest(c(), "GET", "/v1/volumes/crud-vol");
   ASSERT_EQ(got.status, 200) << got.body;
   EXPECT_EQ(got.json["id"], id);
   EXPECT_EQ(got.json["size_bytes"], 64ll << 20);
   EXPECT_EQ(got.json["state"], "ready");
   EXPECT_TRUE(got.json["sandboxes"].empty());
   EXPECT_GT(got.json.value("free_bytes", int64_t{0}), 40ll << 20) << got.body;
-  EXPECT_EQ(Req(c(), "GET", "/v1/volumes/" + id).json["name"], "crud-vol");  // by id too
-  auto list = Req(c(), "GET", "/v1/volumes");
+  EXPECT_EQ(ApiRequest(c(), "GET", "/v1/volumes/" + id).json["name"], "crud-vol");  // by id too
+  auto list = ApiRequest(c(), "GET", "/v1/volumes");
   ASSERT_EQ(list.status, 200);
   bool listed = false;
   for (const auto& v : list.json["volumes"]) listed = listed || v["name"] == "crud-vol";
@@ -102,18 +84,18 @@ TEST_F(VolumeTest, CreateListGetDeleteAndBadInput) {
                                 R"({"name":"ok","size_bytes":1024})", R"({"name":"ok","size_bytes":-5})",
                                 R"({"name":"ok","size":1})", R"({})", R"([1])", "not json",
                                 R"({"name":")" + std::string(64, 'a') + R"("})"}) {
-    auto r = Req(c(), "POST", "/v1/volumes", bad);
+    auto r = ApiRequest(c(), "POST", "/v1/volumes", bad);
     EXPECT_EQ(r.status, 400) << bad << " -> " << r.body;
     EXPECT_TRUE(r.json.contains("error")) << r.body;
   }
-  EXPECT_EQ(Req(c(), "GET", "/v1/volumes/ok").status, 404);
-  EXPECT_EQ(Req(c(), "POST", "/v1/volumes", R"({"name":"crud-vol"})").status, 409);
-  EXPECT_EQ(Req(c(), "GET", "/v1/volumes/nope").status, 404);
-  EXPECT_EQ(Req(c(), "DELETE", "/v1/volumes/nope").status, 404);
+  EXPECT_EQ(ApiRequest(c(), "GET", "/v1/volumes/ok").status, 404);
+  EXPECT_EQ(ApiRequest(c(), "POST", "/v1/volumes", R"({"name":"crud-vol"})").status, 409);
+  EXPECT_EQ(ApiRequest(c(), "GET", "/v1/volumes/nope").status, 404);
+  EXPECT_EQ(ApiRequest(c(), "DELETE", "/v1/volumes/nope").status, 404);
 
-  auto del = Req(c(), "DELETE", "/v1/volumes/crud-vol");
+  auto del = ApiRequest(c(), "DELETE", "/v1/volumes/crud-vol");
   EXPECT_EQ(del.status, 200) << del.body;
-  EXPECT_EQ(Req(c(), "GET", "/v1/volumes/crud-vol").status, 404);
+  EXPECT_EQ(ApiRequest(c(), "GET", "/v1/volumes/crud-vol").status, 404);
   EXPECT_FALSE(sys::Exists(daemon_->data_dir() + "/volumes/" + id));
   EXPECT_TRUE(MountsLike(daemon_->data_dir(), id).empty());
 }
@@ -149,21 +131,21 @@ TEST_F(VolumeTest, TwoSandboxesShareAVolumeAndReadOnlyIsEnforced) {
   EXPECT_EQ(Sh(a, "ls /data").out, "note\n");
 
   // Mounted: the volume cannot be deleted (409 naming the sandboxes).
-  auto busy = Req(c(), "DELETE", "/v1/volumes/shared");
+  auto busy = ApiRequest(c(), "DELETE", "/v1/volumes/shared");
   EXPECT_EQ(busy.status, 409) << busy.body;
   EXPECT_NE(busy.body.find(a), std::string::npos) << busy.body;
-  auto info = Req(c(), "GET", "/v1/volumes/shared");
+  auto info = ApiRequest(c(), "GET", "/v1/volumes/shared");
   EXPECT_EQ(info.json["sandboxes"].size(), 3u) << info.body;
 
   // The data outlives the sandboxes.
   DeleteSandbox(a);
   DeleteSandbox(b);
-  EXPECT_EQ(Req(c(), "DELETE", "/v1/volumes/shared").status, 409);  // ro still mounts it
+  EXPECT_EQ(ApiRequest(c(), "DELETE", "/v1/volumes/shared").status, 409);  // ro still mounts it
   DeleteSandbox(ro);
   std::string later = SandboxWith(Json::array({{{"name", "shared"}, {"path", "/srv"}}}));
   EXPECT_EQ(Sh(later, "cat /srv/note").out, "from-a\nfrom-b\n");
   DeleteSandbox(later);
-  EXPECT_EQ(Req(c(), "DELETE", "/v1/volumes/shared").status, 200);
+  EXPECT_EQ(ApiRequest(c(), "DELETE", "/v1/volumes/shared").status, 200);
 }
 
 TEST_F(VolumeTest, QuotaIsEnforcedWithEnospcInside) {
@@ -176,34 +158,34 @@ TEST_F(VolumeTest, QuotaIsEnforcedWithEnospcInside) {
   auto size = Sh(id, "stat -c %s /data/big");
   EXPECT_LT(std::stoll(size.out), 16ll << 20) << size.out;
   // The file API meets the same quota (507 naming the volume), and space comes back.
-  auto w = Req(c(), "PUT", "/v1/volumes/small/files?path=/api-big", std::string(1 << 20, 'x'),
+  auto w = ApiRequest(c(), "PUT", "/v1/volumes/small/files?path=/api-big", std::string(1 << 20, 'x'),
                "application/octet-stream");
   EXPECT_EQ(w.status, 507) << w.body;
   EXPECT_NE(w.body.find("volume small is full"), std::string::npos) << w.body;
   Sh(id, "rm -f /data/big /data/api-big");
-  auto ok = Req(c(), "PUT", "/v1/volumes/small/files?path=/fits", std::string(1 << 20, 'y'),
+  auto ok = ApiRequest(c(), "PUT", "/v1/volumes/small/files?path=/fits", std::string(1 << 20, 'y'),
                 "application/octet-stream");
   EXPECT_EQ(ok.status, 200) << ok.body;
   DeleteSandbox(id);
-  EXPECT_EQ(Req(c(), "DELETE", "/v1/volumes/small").status, 200);
+  EXPECT_EQ(ApiRequest(c(), "DELETE", "/v1/volumes/small").status, 200);
 }
 
 TEST_F(VolumeTest, FileRoutesWorkWithoutASandboxAndStayInside) {
   const std::string vid = NewVolume("files");
   // Write, read, stat, list, mkdir, rename, delete.
-  auto put = Req(c(), "PUT", "/v1/volumes/files/files?path=/dir/a.txt", "hello", "application/octet-stream");
+  auto put = ApiRequest(c(), "PUT", "/v1/volumes/files/files?path=/dir/a.txt", "hello", "application/octet-stream");
   ASSERT_EQ(put.status, 200) << put.body;
   EXPECT_EQ(put.json["size"], 5);
-  auto get = Req(c(), "GET", "/v1/volumes/files/files?path=/dir/a.txt");
+  auto get = ApiRequest(c(), "GET", "/v1/volumes/files/files?path=/dir/a.txt");
   EXPECT_EQ(get.status, 200);
   EXPECT_EQ(get.body, "hello");
-  auto st = Req(c(), "GET", "/v1/volumes/files/files:stat?path=/dir/a.txt");
+  auto st = ApiRequest(c(), "GET", "/v1/volumes/files/files:stat?path=/dir/a.txt");
   EXPECT_EQ(st.json["type"], "file") << st.body;
   EXPECT_EQ(st.json["uid"], 0) << st.body;  // as the sandboxes see it
-  EXPECT_EQ(Req(c(), "POST", "/v1/volumes/files/files:mkdir?path=/made/deep").status, 200);
-  auto mv = Req(c(), "POST", "/v1/volumes/files/files:rename", R"({"from":"/dir/a.txt","to":"/made/b.txt"})");
+  EXPECT_EQ(ApiRequest(c(), "POST", "/v1/volumes/files/files:mkdir?path=/made/deep").status, 200);
+  auto mv = ApiRequest(c(), "POST", "/v1/volumes/files/files:rename", R"({"from":"/dir/a.txt","to":"/made/b.txt"})");
   EXPECT_EQ(mv.status, 200) << mv.body;
-  auto ls = Req(c(), "GET", "/v1/volumes/files/files:list?path=/&depth=3");
+  auto ls = ApiRequest(c(), "GET", "/v1/volumes/files/files:list?path=/&depth=3");
   ASSERT_EQ(ls.status, 200) << ls.body;
   std::set<std::string> paths;
   for (const auto& e : ls.json["entries"]) paths.insert(e["path"]);
@@ -216,11 +198,11 @@ TEST_F(VolumeTest, FileRoutesWorkWithoutASandboxAndStayInside) {
   auto in = Sh(sb, "cat /v/made/b.txt && stat -c %u /v/made/b.txt && echo more >> /v/made/b.txt");
   EXPECT_EQ(in.exit_code, 0) << in.err;
   EXPECT_EQ(in.out, "hello0\n");
-  EXPECT_EQ(Req(c(), "GET", "/v1/volumes/files/files?path=/made/b.txt").body, "hellomore\n");
+  EXPECT_EQ(ApiRequest(c(), "GET", "/v1/volumes/files/files?path=/made/b.txt").body, "hellomore\n");
 
   // Escapes. ".." is cleaned inside the volume; symlinks planted by a sandbox resolve
   // inside the volume; nothing reads or writes the host.
-  auto up = Req(c(), "PUT", "/v1/volumes/files/files?path=" + UrlPath("/../../escape"), "x",
+  auto up = ApiRequest(c(), "PUT", "/v1/volumes/files/files?path=" + UrlPath("/../../escape"), "x",
                 "application/octet-stream");
   EXPECT_EQ(up.status, 200) << up.body;
   EXPECT_FALSE(sys::Exists(daemon_->data_dir() + "/volumes/" + vid + "/escape"));
@@ -230,33 +212,33 @@ TEST_F(VolumeTest, FileRoutesWorkWithoutASandboxAndStayInside) {
          " ln -s /proc/self/root /v/proc-root");
   for (const std::string& p : std::vector<std::string>{"/passwd", "/etc-up/passwd", "/root/etc/passwd", "/proc-root/etc/passwd",
                               "/../etc/passwd", "/%2E%2E/etc/passwd"}) {
-    auto r = Req(c(), "GET", "/v1/volumes/files/files?path=" + (p.find('%') != std::string::npos ? p : UrlPath(p)));
+    auto r = ApiRequest(c(), "GET", "/v1/volumes/files/files?path=" + (p.find('%') != std::string::npos ? p : UrlPath(p)));
     EXPECT_NE(r.status, 200) << p << " read: " << r.body.substr(0, 200);
     EXPECT_EQ(r.body.find("root:x:0:0"), std::string::npos) << p;
   }
   const std::string host_probe = "/tmp/space-volume-probe-" + std::to_string(::getpid());
   (void)sys::RemoveAll(host_probe);
   Sh(sb, "ln -s " + host_probe + " /v/out");
-  auto through = Req(c(), "PUT", "/v1/volumes/files/files?path=/out", "pwned", "application/octet-stream");
+  auto through = ApiRequest(c(), "PUT", "/v1/volumes/files/files?path=/out", "pwned", "application/octet-stream");
   EXPECT_FALSE(sys::Exists(host_probe)) << "a write through a symlink reached the host";
   (void)through;
-  auto rmroot = Req(c(), "DELETE", "/v1/volumes/files/files?path=/root&recursive=true");
+  auto rmroot = ApiRequest(c(), "DELETE", "/v1/volumes/files/files?path=/root&recursive=true");
   EXPECT_EQ(rmroot.status, 200) << rmroot.body;  // removes the link, not what it names
   EXPECT_TRUE(sys::Exists("/etc/passwd"));
   // Bad input.
-  EXPECT_EQ(Req(c(), "GET", "/v1/volumes/files/files?path=relative").status, 400);
-  EXPECT_EQ(Req(c(), "GET", "/v1/volumes/files/files").status, 400);
-  EXPECT_EQ(Req(c(), "GET", "/v1/volumes/files/files?path=/missing").status, 404);
-  EXPECT_EQ(Req(c(), "GET", "/v1/volumes/nope/files?path=/x").status, 404);
-  EXPECT_EQ(Req(c(), "GET", "/v1/volumes/files/files:list?path=/&depth=99").status, 400);
-  EXPECT_EQ(Req(c(), "DELETE", "/v1/volumes/files/files?path=/").status, 400);
+  EXPECT_EQ(ApiRequest(c(), "GET", "/v1/volumes/files/files?path=relative").status, 400);
+  EXPECT_EQ(ApiRequest(c(), "GET", "/v1/volumes/files/files").status, 400);
+  EXPECT_EQ(ApiRequest(c(), "GET", "/v1/volumes/files/files?path=/missing").status, 404);
+  EXPECT_EQ(ApiRequest(c(), "GET", "/v1/volumes/nope/files?path=/x").status, 404);
+  EXPECT_EQ(ApiRequest(c(), "GET", "/v1/volumes/files/files:list?path=/&depth=99").status, 400);
+  EXPECT_EQ(ApiRequest(c(), "DELETE", "/v1/volumes/files/files?path=/").status, 400);
   DeleteSandbox(sb);
-  EXPECT_EQ(Req(c(), "DELETE", "/v1/volumes/files").status, 200);
+  EXPECT_EQ(ApiRequest(c(), "DELETE", "/v1/volumes/files").status, 200);
 }
 
 TEST_F(VolumeTest, BadMountsAreRefusedAtCreate) {
   NewVolume("mounts");
-  auto create = [&](const Json& body) { return Req(c(), "POST", "/v1/sandboxes?wait=60s", body.dump()); };
+  auto create = [&](const Json& body) { return ApiRequest(c(), "POST", "/v1/sandboxes?wait=60s", body.dump()); };
   auto one = [](const std::string& name, const std::string& path) {
     return Json{{"volumes", Json::array({{{"name", name}, {"path", path}}})}};
   };
@@ -288,8 +270,8 @@ TEST_F(VolumeTest, BadMountsAreRefusedAtCreate) {
     }
   }
   // Nothing was created by any of them.
-  EXPECT_TRUE(Req(c(), "GET", "/v1/volumes/mounts").json["sandboxes"].empty());
-  EXPECT_EQ(Req(c(), "DELETE", "/v1/volumes/mounts").status, 200);
+  EXPECT_TRUE(ApiRequest(c(), "GET", "/v1/volumes/mounts").json["sandboxes"].empty());
+  EXPECT_EQ(ApiRequest(c(), "DELETE", "/v1/volumes/mounts").status, 200);
 }
 
 TEST_F(VolumeTest, ForkAndRestoreMountTheSameVolumeWhoseContentIsNotSnapshotted) {
@@ -314,7 +296,7 @@ TEST_F(VolumeTest, ForkAndRestoreMountTheSameVolumeWhoseContentIsNotSnapshotted)
   EXPECT_EQ((*restored)["volumes"].size(), 1u) << restored->dump();
   for (const auto& id : {parent, child, rid}) DeleteSandbox(id);
   ASSERT_TRUE(c().DeleteSnapshot(*snap));
-  EXPECT_EQ(Req(c(), "DELETE", "/v1/volumes/forked").status, 200);
+  EXPECT_EQ(ApiRequest(c(), "DELETE", "/v1/volumes/forked").status, 200);
 }
 
 TEST_F(VolumeTest, CliCreatesListsMountsAndRemovesVolumes) {
@@ -371,7 +353,7 @@ TEST(VolumeRecoveryTest, KillNineKeepsMountsAndDataAndNothingLeaksAfterDelete) {
   ASSERT_TRUE(d.Start());
   auto& c = d.client();
   const size_t mounts0 = sys::MountsUnder(d.data_dir()).size();
-  auto made = Req(c, "POST", "/v1/volumes", R"({"name":"durable","size_bytes":33554432})");
+  auto made = ApiRequest(c, "POST", "/v1/volumes", R"({"name":"durable","size_bytes":33554432})");
   ASSERT_EQ(made.status, 201) << made.body;
   const std::string vid = made.json["id"];
   std::vector<std::string> ids;
@@ -389,7 +371,7 @@ TEST(VolumeRecoveryTest, KillNineKeepsMountsAndDataAndNothingLeaksAfterDelete) {
   d.Kill();  // SIGKILL: sandboxes keep running with their mounts
   ASSERT_TRUE(d.Start());
   auto& c2 = d.client();
-  auto got = Req(c2, "GET", "/v1/volumes/durable");
+  auto got = ApiRequest(c2, "GET", "/v1/volumes/durable");
   ASSERT_EQ(got.status, 200) << got.body;
   EXPECT_EQ(got.json["sandboxes"].size(), 3u) << got.body;
   for (int i = 3; i < 6; ++i) {
@@ -397,19 +379,19 @@ TEST(VolumeRecoveryTest, KillNineKeepsMountsAndDataAndNothingLeaksAfterDelete) {
     ASSERT_TRUE(r) << r.error().message;
     EXPECT_EQ(r->out, "0\n5\n") << r->err;
   }
-  EXPECT_EQ(Req(c2, "GET", "/v1/volumes/durable/files?path=/again-4").body, "again-4\n");
-  EXPECT_EQ(Req(c2, "DELETE", "/v1/volumes/durable").status, 409);
+  EXPECT_EQ(ApiRequest(c2, "GET", "/v1/volumes/durable/files?path=/again-4").body, "again-4\n");
+  EXPECT_EQ(ApiRequest(c2, "DELETE", "/v1/volumes/durable").status, 409);
   for (int i = 3; i < 6; ++i) ASSERT_TRUE(c2.DeleteSandboxAndWait(ids[i], 60s));
   EXPECT_TRUE(BundleVolumeBinds(d.data_dir()).empty());
   // Only the volume's own mount is left, and it goes with the volume.
   EXPECT_EQ(sys::MountsUnder(d.data_dir()).size(), mounts0 + 1);
-  EXPECT_EQ(Req(c2, "DELETE", "/v1/volumes/durable").status, 200);
+  EXPECT_EQ(ApiRequest(c2, "DELETE", "/v1/volumes/durable").status, 200);
   EXPECT_EQ(sys::MountsUnder(d.data_dir()).size(), mounts0);
   EXPECT_TRUE(MountsLike(d.data_dir(), vid).empty());
   // A clean restart keeps no record of it either.
   d.Stop();
   ASSERT_TRUE(d.Start());
-  EXPECT_EQ(Req(d.client(), "GET", "/v1/volumes/durable").status, 404);
+  EXPECT_EQ(ApiRequest(d.client(), "GET", "/v1/volumes/durable").status, 404);
   EXPECT_EQ(sys::MountsUnder(d.data_dir()).size(), mounts0);
 }
 
@@ -417,17 +399,17 @@ TEST(VolumeRecoveryTest, AVolumeSurvivesARestartWithoutSandboxesAndIsMountedAgai
   SPACE_REQUIRE_SANDBOXES();
   Daemon d;
   ASSERT_TRUE(d.Start());
-  auto made = Req(d.client(), "POST", "/v1/volumes", R"({"name":"kept"})");
+  auto made = ApiRequest(d.client(), "POST", "/v1/volumes", R"({"name":"kept"})");
   ASSERT_EQ(made.status, 201) << made.body;
   const std::string vid = made.json["id"];
-  ASSERT_EQ(Req(d.client(), "PUT", "/v1/volumes/kept/files?path=/k", "kept", "application/octet-stream").status, 200);
+  ASSERT_EQ(ApiRequest(d.client(), "PUT", "/v1/volumes/kept/files?path=/k", "kept", "application/octet-stream").status, 200);
   d.Kill();
   // What a reboot does to the loop mount: gone. spaced mounts it again.
   ASSERT_EQ(::umount2((d.data_dir() + "/volumes/" + vid + "/mnt").c_str(), MNT_DETACH), 0);
   // An orphan directory (a crash between mkdir and the record) is removed.
   ASSERT_TRUE(sys::MkdirAll(d.data_dir() + "/volumes/vol-orphan/mnt"));
   ASSERT_TRUE(d.Start());
-  EXPECT_EQ(Req(d.client(), "GET", "/v1/volumes/kept/files?path=/k").body, "kept");
+  EXPECT_EQ(ApiRequest(d.client(), "GET", "/v1/volumes/kept/files?path=/k").body, "kept");
   EXPECT_FALSE(sys::Exists(d.data_dir() + "/volumes/vol-orphan"));
   std::string id = CreateSandbox(d.client(), Json{{"volumes", Json::array({{{"name", "kept"}, {"path", "/k"}}})}});
   ASSERT_FALSE(id.empty());
