@@ -88,6 +88,42 @@ std::string NewId(std::string_view prefix) {
   return id;
 }
 
+std::string UuidText(const unsigned char (&raw)[16]) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(36);
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += kHex[raw[i] >> 4];
+    out += kHex[raw[i] & 15];
+  }
+  return out;
+}
+
+std::string NewUuidV4() {
+  unsigned char raw[16];
+  for (size_t got = 0; got < sizeof raw;) {
+    ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  raw[6] = static_cast<unsigned char>((raw[6] & 0x0f) | 0x40);  // version 4
+  raw[8] = static_cast<unsigned char>((raw[8] & 0x3f) | 0x80);  // RFC 4122 variant
+  return UuidText(raw);
+}
+
+bool IsUuidText(std::string_view s) {
+  if (s.size() != 36) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (i == 8 || i == 13 || i == 18 || i == 23) {
+      if (c != '-') return false;
+    } else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool IsValidId(std::string_view id, std::string_view prefix) {
   if (id.size() != prefix.size() + 17) return false;
   if (id.substr(0, prefix.size()) != prefix || id[prefix.size()] != '-') return false;

@@ -86,6 +86,12 @@ inline Status Ok() { return {}; }
 // e.g. "sb-k3j5...". Valid ids match [a-z]+-[a-z2-7]{16}.
 std::string NewId(std::string_view prefix);
 bool IsValidId(std::string_view id, std::string_view prefix);
+// UUIDs in their 8-4-4-4-12 lowercase text form: a random version 4 one, and one made from
+// 16 bytes as they are (e.g. the start of a digest, for an id that must be a UUID and
+// stay the same for the same content). IsUuidText checks the form only.
+std::string NewUuidV4();
+std::string UuidText(const unsigned char (&raw)[16]);
+bool IsUuidText(std::string_view s);
 
 // Clocks.
 int64_t NowUnixMillis();          // wall clock, for records shown to users

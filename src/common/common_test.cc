@@ -26,6 +26,22 @@ TEST(IdTest, NewIdIsValidAndUnique) {
   EXPECT_FALSE(IsValidId("sb-AAAAAAAAAAAAAAAA", "sb"));
 }
 
+TEST(IdTest, UuidsAreVersion4TextAndChecked) {
+  std::string a = NewUuidV4(), b = NewUuidV4();
+  EXPECT_NE(a, b);
+  EXPECT_TRUE(IsUuidText(a));
+  EXPECT_EQ(a[14], '4');                                      // version
+  EXPECT_NE(std::string("89ab").find(a[19]), std::string::npos);  // RFC 4122 variant
+  const unsigned char raw[16] = {0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
+                                 0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0xff};
+  EXPECT_EQ(UuidText(raw), "01234567-89ab-cdef-0011-2233445566ff");
+  EXPECT_TRUE(IsUuidText(UuidText(raw)));
+  EXPECT_FALSE(IsUuidText("01234567-89ab-cdef-0011-2233445566f"));    // short
+  EXPECT_FALSE(IsUuidText("01234567-89AB-cdef-0011-2233445566ff"));   // upper case
+  EXPECT_FALSE(IsUuidText("01234567_89ab-cdef-0011-2233445566ff"));   // separator
+  EXPECT_FALSE(IsUuidText("../../../etc/passwd-aaaaaaaaaaaaaaaaa"));
+}
+
 TEST(DurationTest, Parses) {
   EXPECT_EQ(ParseDurationMillis("30s"), 30000);
   EXPECT_EQ(ParseDurationMillis("1500ms"), 1500);

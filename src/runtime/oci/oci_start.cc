@@ -5,7 +5,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mount.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -27,29 +26,6 @@
 namespace space::runtime::oci_impl {
 
 using sys::CgroupLayout;
-
-namespace {
-
-// A random (version 4) UUID in the kernel's boot_id text form.
-std::string NewBootId() {
-  unsigned char raw[16];
-  for (size_t got = 0; got < sizeof raw;) {
-    ssize_t n = ::getrandom(raw + got, sizeof raw - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-  }
-  raw[6] = static_cast<unsigned char>((raw[6] & 0x0f) | 0x40);  // version 4
-  raw[8] = static_cast<unsigned char>((raw[8] & 0x3f) | 0x80);  // RFC 4122 variant
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
-    out += kHex[raw[i] >> 4];
-    out += kHex[raw[i] & 15];
-  }
-  return out;
-}
-
-}  // namespace
 
 Status OciRuntime::Start(const InstanceSpec& spec) {
   const std::string& id = spec.id;
@@ -162,7 +138,7 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
     const std::string host = bundle + "/boot_id";
     auto f = sys::Open(host, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
     if (!f) return tl::unexpected(f.error());
-    SPACE_TRY_WRAP(sys::WriteAll(f->get(), NewBootId() + "\n"), "write " + host);
+    SPACE_TRY_WRAP(sys::WriteAll(f->get(), NewUuidV4() + "\n"), "write " + host);
     bp.file_binds.emplace_back(host, "/proc/sys/kernel/random/boot_id");
   }
   // Volumes: each volume's host mount is bound inside the bundle (what crun's helper
