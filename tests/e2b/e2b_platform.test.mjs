@@ -62,7 +62,7 @@ describe('templates', { skip: typeof Template?.build === 'function' ? false : 't
       .setWorkdir('/data')
     const logs = []
     const info = await Template.build(tpl, `${name}:v1`, { onBuildLogs: (e) => logs.push(String(e.message ?? e)) })
-    assert.ok(info.buildId, JSON.stringify(info))
+    assert.match(info.buildId, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/, JSON.stringify(info))
     assert.ok(logs.some((l) => l.includes('echo built')), logs.join('\n'))
     const sbx = await Sandbox.create(`${name}:v1`, { timeoutMs: 120_000 })
     created.push(sbx)
@@ -84,6 +84,8 @@ describe('templates', { skip: typeof Template?.build === 'function' ? false : 't
     const assigned = await Template.assignTags(`${name}:v1`, ['prod', 'canary'])
     assert.deepEqual(assigned.tags, ['prod', 'canary'])
     assert.equal(assigned.buildId, tags[0].buildId)
+    // E2B's SDKs parse these as UUIDs (the Python one refuses anything else).
+    assert.match(assigned.buildId, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/)
     const sbx = await Sandbox.create(`${name}:prod`, { timeoutMs: 120_000 })
     created.push(sbx)
     assert.equal((await sbx.commands.run('cat /tagged')).stdout, 'tagged\n')

@@ -2,8 +2,8 @@
 //   POST   /templates/tags {target: "name:tag", tags: [...]}  -> 201 {buildID, tags}
 //   DELETE /templates/tags {name, tags: [...]}                -> 204
 //   GET    /templates/{templateID}/tags                       -> [{tag, buildID, createdAt}]
-// A tag is a SPACE name:tag for the same build; E2B's buildID of a tag is the build's
-// digest (tags of one build share it). docs/e2b-compat.md.
+// A tag is a SPACE name:tag for the same build; E2B's buildID of a tag is a UUID made from
+// the build's digest (tags of one build share it). docs/e2b-compat.md.
 #include "api/e2b/control.h"
 #include "api/e2b/e2b.h"
 #include "api/e2b/parse.h"
@@ -13,8 +13,21 @@ namespace space::api::e2b {
 
 namespace {
 
+// E2B's buildID of a tag is a UUID (the Python SDK parses it as one): here one made from the
+// first 16 bytes of the template's digest, so every tag of the same content names the
+// same build.
 std::string BuildIdOf(const store::TemplateRecord& t) {
-  return StartsWith(t.digest, "sha256:") ? t.digest.substr(7) : t.digest;
+  std::string hex = StartsWith(t.digest, "sha256:") ? t.digest.substr(7) : t.digest;
+  unsigned char raw[16] = {};
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return 0;
+  };
+  for (size_t i = 0; i < 16 && 2 * i + 1 < hex.size(); ++i)
+    raw[i] = static_cast<unsigned char>(nibble(hex[2 * i]) << 4 | nibble(hex[2 * i + 1]));
+  return UuidText(raw);
 }
 
 // The request's "tags": a non-empty array of strings (at most 32).

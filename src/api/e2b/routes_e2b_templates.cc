@@ -44,7 +44,9 @@ bool ValidHash(const std::string& h) {
   return true;
 }
 
+// E2B's build ids are UUIDs (its SDKs parse some as such); "bld-…" ones were made before.
 bool ValidBuildId(const std::string& id) {
+  if (IsUuidText(id)) return true;
   if (id.size() < 4 || id.size() > 64 || id.rfind("bld-", 0) != 0) return false;
   for (char c : id)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
@@ -308,7 +310,7 @@ Awaitable<void> RequestBuild(Ctx& ctx) {
     }
   }
   BuildRequest b;
-  b.build_id = NewId("bld");
+  b.build_id = NewUuidV4();
   b.name = name;
   b.tag = tag;
   b.tags = tags;
