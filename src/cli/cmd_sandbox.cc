@@ -505,7 +505,7 @@ int RunRuntimes(Context& ctx) {
     std::string what;
     if (ok) {
       const Json* caps = JsonField(r, "capabilities");
-      for (const char* k : {"pause", "suspend_keeps_processes", "own_disk", "network"}) {
+      for (const char* k : {"pause", "suspend_keeps_processes", "own_disk", "network", "volumes"}) {
         if (caps && JsonBoolOr(*caps, k, false)) what += (what.empty() ? "" : ",") + std::string(k);
       }
       if (caps && JsonField(*caps, "snapshot_kinds")) {

@@ -122,5 +122,35 @@ TEST_F(CliTest, ErrorsAreClear) {
   EXPECT_NE(down->err.find("cannot reach"), std::string::npos) << down->err;
 }
 
+TEST_F(CliTest, RuntimesTableAndJson) {
+  // --json is the API's array as is; the table has a row per runtime with what it can do.
+  auto js = Space({"runtimes", "--json"});
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  auto arr = ParseJson(js.out);
+  ASSERT_TRUE(arr && arr->is_array()) << js.out;
+  const Json* oci = nullptr;
+  for (const auto& r : *arr)
+    if (r.value("name", "") == "oci") oci = &r;
+  ASSERT_NE(oci, nullptr) << js.out;
+  ASSERT_TRUE((*oci)["available"].get<bool>()) << js.out;
+  ASSERT_TRUE((*oci)["capabilities"]["volumes"].get<bool>()) << js.out;
+
+  auto table = Space({"runtimes"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_EQ(table.out.rfind("NAME", 0), 0u) << table.out;
+  std::string row;
+  for (size_t at = 0; at < table.out.size();) {
+    size_t nl = table.out.find('\n', at);
+    std::string line = table.out.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+    if (line.rfind("oci", 0) == 0) row = line;
+    if (nl == std::string::npos) break;
+    at = nl + 1;
+  }
+  ASSERT_FALSE(row.empty()) << table.out;
+  EXPECT_NE(row.find("yes"), std::string::npos) << row;
+  EXPECT_NE(row.find("volumes"), std::string::npos) << "the table names every capability the runtime has: " << row;
+  EXPECT_NE(row.find("pause"), std::string::npos) << row;
+}
+
 }  // namespace
 }  // namespace space::testing
