@@ -461,8 +461,11 @@ class Parser {
     words.pop_back();
     for (const auto& src : words) {
       if (src.empty()) return LineFail(line, "COPY source is empty");
-      if (src.find_first_of("*?[") != std::string::npos)
-        return LineFail(line, "COPY wildcards are not supported: " + Quote(src));
+      if (IsCopyPattern(src)) {
+        // Matched against the context when the step runs; its syntax is checked now.
+        if (std::string why = internal::CopyPatternError(src); !why.empty())
+          return LineFail(line, "COPY source " + Quote(src) + ": bad wildcard: " + why);
+      }
       std::string norm = NormalizeAbs("/" + src);  // only to detect "..": see below
       // Reject rather than clamp "..": silently copying a different path than written hides
       // mistakes, and a source must name something inside the build context.
@@ -479,6 +482,9 @@ class Parser {
     if (dest.empty()) return LineFail(line, "COPY destination is empty");
     bool dir = dest.back() == '/' || dest == "." || dest == ".." ||
                (dest.size() >= 2 && dest.compare(dest.size() - 2, 2, "/.") == 0);
+    // Several sources written out need a directory now; a wildcard matching several paths is
+    // refused when it is expanded (core's CopyDigest), as Docker does: one match alone is a
+    // source like any other.
     if (words.size() > 1 && !dir) {
       return LineFail(line,
                       "COPY with several sources needs a destination directory ending "
