@@ -46,7 +46,7 @@ std::string Base64(std::string_view in) {
 
 // The COPY sources a spec names, found with a light scan (spaced parses the spec for real).
 // "" in the result means "the whole context" (a source we cannot resolve here, e.g. one
-// using an ARG, or "." itself).
+// using an ARG, or "." itself); a wildcard stands for the directory above it.
 std::set<std::string> CopySources(const std::string& spec) {
   std::set<std::string> out;
   std::vector<std::string> lines;
@@ -96,6 +96,12 @@ std::set<std::string> CopySources(const std::string& spec) {
       if (src.empty() || src == "." || src.find('$') != std::string::npos ||
           src.find('"') != std::string::npos)
         src.clear();
+      // A wildcard (`folder/*.py`) is matched by spaced against the context: pack the
+      // directory above its first wildcard segment ("folder"; the whole context for `*.py`).
+      if (size_t w = src.find_first_of("*?["); w != std::string::npos) {
+        size_t slash = src.rfind('/', w);
+        src = slash == std::string::npos ? "" : src.substr(0, slash);
+      }
       out.insert(src);
     }
   }

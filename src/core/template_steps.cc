@@ -296,22 +296,70 @@ std::vector<std::pair<std::string, std::string>> CopySources(
   return out;
 }
 
-// A digest over what a COPY step reads, so a changed context file invalidates the cache.
+// One source a COPY step copies: a source as written, or one path a wildcard matched.
+struct CopySource {
+  size_t arg = 0;       // which of the step's sources it comes from
+  bool wildcard = false;
+  std::string path;     // the context path (the match, for a wildcard)
+  bool is_dir = false;
+  std::vector<std::pair<std::string, std::string>> files;  // as CopySources returns them
+};
+
+// The step's sources in copy order, each wildcard replaced by its matches (Docker's order,
+// tmpl::MatchCopyPattern); every one is then resolved by CopySources as if written out.
+// kInvalidArgument, naming the line, for a source not in the context, a wildcard matching
+// nothing, and a wildcard matching several paths for a destination without a trailing '/'
+// (Docker: one match is copied as a source of its own would be, several need a directory).
+Result<std::vector<CopySource>> ExpandCopySources(const std::map<std::string, std::string>& context,
+                                                  const tmpl::Step& step) {
+  const std::string line = "line " + std::to_string(step.line) + ": ";
+  const std::string& dest = step.args.back();
+  std::vector<CopySource> out;
+  for (size_t i = 0; i + 1 < step.args.size(); ++i) {
+    const std::string& src = step.args[i];
+    std::vector<std::string> paths = {src};
+    const bool wildcard = tmpl::IsCopyPattern(src);
+    if (wildcard) {
+      paths = tmpl::MatchCopyPattern(src, context);
+      if (paths.empty())
+        return Fail(Errc::kInvalidArgument, line + "COPY source \"" + src +
+                                                "\" matches nothing in the build context (no "
+                                                "source files were specified)");
+      if (paths.size() > 1 && dest.back() != '/')
+        return Fail(Errc::kInvalidArgument,
+                    line + "COPY source \"" + src + "\" matches " + std::to_string(paths.size()) +
+                        " paths; copying several needs a destination directory ending in '/'");
+    }
+    for (auto& p : paths) {
+      CopySource c{i, wildcard, std::move(p)};
+      c.files = CopySources(context, c.path, &c.is_dir);
+      if (c.files.empty())
+        return Fail(Errc::kInvalidArgument,
+                    line + "COPY source \"" + src + "\" is not in the build context");
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
+// A digest over what a COPY step reads, so a changed context file invalidates the cache.
+// Each file is keyed by where it lands and its bytes; a wildcard's matches are keyed too,
+// since whether a match is a file or a directory decides where its files land.
 Result<std::string> CopyDigest(const std::map<std::string, std::string>& context,
                                const tmpl::Step& step) {
+  auto sources = ExpandCopySources(context, step);
+  if (!sources) return tl::unexpected(sources.error());
   std::string acc;
-  for (size_t i = 0; i + 1 < step.args.size(); ++i) {
-    bool is_dir = false;
-    auto files = CopySources(context, step.args[i], &is_dir);
-    if (files.empty())
-      return Fail(Errc::kInvalidArgument, "line " + std::to_string(step.line) + ": COPY source \"" +
-                                              step.args[i] + "\" is not in the build context");
-    for (const auto& [p, rel] : files) {
+  for (const CopySource& c : *sources) {
+    const std::string i = std::to_string(c.arg);
+    if (c.wildcard)
+      acc += i + ":match:" + std::to_string(c.path.size()) + ":" + c.path + (c.is_dir ? ":d" : ":f") + "\n";
+    for (const auto& [p, rel] : c.files) {
       const std::string& data = context.at(p);
-      acc += std::to_string(i) + ":" + std::to_string(rel.size()) + ":" + rel + ":" +
-             std::to_string(data.size()) + ":" + tmpl::Sha256Bytes(data) + "\n";
+      acc += i + ":" + std::to_string(rel.size()) + ":" + rel + ":" + std::to_string(data.size()) +
+             ":" + tmpl::Sha256Bytes(data) + "\n";
     }
   }
   return tmpl::Sha256Bytes(acc);
@@ -362,13 +410,12 @@ Status CopyStep(Build& b, const std::string& layer, const std::string& key_hex,
     }
     mode_t mode = step.chmod.empty() ? 0644 : static_cast<mode_t>(std::stoul(step.chmod, nullptr, 8));
     const std::string& dest = step.args.back();
-    const size_t nsrc = step.args.size() - 1;
-    for (size_t i = 0; i < nsrc; ++i) {
-      bool is_dir = false;
-      auto files = CopySources(b.req.context, step.args[i], &is_dir);
-      bool into_dir = is_dir || nsrc > 1 || (!dest.empty() && dest.back() == '/');
+    auto sources = ExpandCopySources(b.req.context, step);
+    if (!sources) return tl::unexpected(sources.error());
+    for (const CopySource& c : *sources) {
+      bool into_dir = c.is_dir || sources->size() > 1 || (!dest.empty() && dest.back() == '/');
       if (!into_dir && OpenDirIn(root_fd, dest.substr(1), false, 0, 0)) into_dir = true;
-      for (const auto& [p, rel] : files) {
+      for (const auto& [p, rel] : c.files) {
         std::string target = into_dir ? dest + (dest.back() == '/' ? "" : "/") + rel : dest;
         while (!target.empty() && target[0] == '/') target.erase(0, 1);
         auto st = WriteFileIn(root_fd, target, b.req.context.at(p), mode, shift + uid, shift + gid,

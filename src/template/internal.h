@@ -38,4 +38,8 @@ Result<std::pair<std::string, int64_t>> Sha256Fd(int fd);
 
 bool IsSha256Digest(std::string_view d);  // "sha256:" + 64 lowercase hex
 
+// What is wrong with a COPY wildcard pattern (see template.h), "" if nothing: an unclosed
+// `[` class or a trailing `\`, which Go's filepath.Match (and so Docker) refuses.
+std::string CopyPatternError(std::string_view pattern);
+
 }  // namespace space::tmpl::internal

@@ -3,15 +3,15 @@
 // Structure: the text is cut into logical lines (comments, blank lines and continuations
 // handled here, with the first physical line of each instruction remembered for errors),
 // then each instruction is dispatched by keyword. Variable expansion and quote removal share
-// one small lexer (Lexer) so `ENV A='$B'` and `COPY "a b" /x` behave as in Docker.
+// one small lexer (Lexer, spec_lexer.h) so `ENV A='$B'` and `COPY "a b" /x` behave as in Docker.
 #include <algorithm>
 #include <cctype>
 #include <functional>
 #include <optional>
 #include <set>
 
-#include "common/json.h"
 #include "template/internal.h"
+#include "template/spec_lexer.h"
 #include "template/template.h"
 
 namespace space::tmpl {
@@ -20,34 +20,18 @@ namespace {
 
 using Vars = std::map<std::string, std::string>;
 
+using internal::Flags;
+using internal::HasHeredoc;
+using internal::IsBlank;
+using internal::IsSpace;
+using internal::IsVarName;
+using internal::JsonStringArray;
+using internal::Lexer;
+using internal::LineFail;
 using internal::Quote;
-
-tl::unexpected<Error> LineFail(int line, const std::string& msg) {
-  return Fail(Errc::kInvalidArgument, "line " + std::to_string(line) + ": " + msg);
-}
-
-bool IsBlank(char c) { return c == ' ' || c == '\t'; }
-bool IsSpace(char c) { return IsBlank(c) || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
-  while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
-  return s;
-}
-
-std::string Upper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return out;
-}
-
-bool IsVarName(std::string_view s) {
-  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
-  for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
-  }
-  return true;
-}
+using internal::SplitFlags;
+using internal::Trim;
+using internal::Upper;
 
 // Same rule as core::ParseTemplateRef, so every name FROM accepts can be resolved.
 bool ValidRefPart(std::string_view s) {
@@ -107,278 +91,6 @@ bool ValidUserSpec(std::string_view s) {
     if (c <= 0x20 || c == 0x7f || c == '/') return false;
   }
   return true;
-}
-
-// Quote removal and variable expansion over one instruction's argument text.
-class Lexer {
- public:
-  using Lookup = std::function<const std::string*(const std::string&)>;
-
-  // raw: no quote or backslash processing, only `$` expansion (for JSON-form elements).
-  Lexer(std::string_view text, Lookup lookup, int line, std::vector<std::string>* warnings,
-        bool raw = false)
-      : s_(text), lookup_(std::move(lookup)), line_(line), warnings_(warnings), raw_(raw) {}
-
-  // Splits on unquoted whitespace. Expanded values are never split.
-  Result<std::vector<std::string>> Words() {
-    std::vector<std::string> words;
-    SPACE_TRY(Process(nullptr, '\0', &words));
-    return words;
-  }
-  // The whole text as one word (inner whitespace kept).
-  Result<std::string> Whole() {
-    std::string out;
-    SPACE_TRY(Process(&out, '\0', nullptr));
-    return out;
-  }
-
- private:
-  // Consumes characters until the end or an unquoted `stop`, appending to *out; in split
-  // mode (words != null, out == null), unquoted whitespace ends a word.
-  Status Process(std::string* out, char stop, std::vector<std::string>* words) {
-    std::string cur;
-    bool in_word = false;
-    std::string* dst = out ? out : &cur;
-    while (pos_ < s_.size()) {
-      char c = s_[pos_];
-      if (stop && c == stop) return Ok();
-      if (words && IsSpace(c)) {
-        if (in_word) words->push_back(std::move(cur));
-        cur.clear();
-        in_word = false;
-        ++pos_;
-        continue;
-      }
-      in_word = true;
-      if (raw_) {
-        if (c == '$') {
-          SPACE_TRY(Dollar(dst));
-        } else {
-          *dst += c;
-          ++pos_;
-        }
-        continue;
-      }
-      if (c == '\'') {
-        SPACE_TRY(SingleQuote(dst));
-      } else if (c == '"') {
-        SPACE_TRY(DoubleQuote(dst));
-      } else if (c == '\\') {
-        ++pos_;
-        if (pos_ < s_.size()) *dst += s_[pos_++];
-      } else if (c == '$') {
-        SPACE_TRY(Dollar(dst));
-      } else {
-        *dst += c;
-        ++pos_;
-      }
-    }
-    if (stop) return LineFail(line_, std::string("missing '") + stop + "' in variable expansion");
-    if (words && in_word) words->push_back(std::move(cur));
-    return Ok();
-  }
-
-  Status SingleQuote(std::string* out) {
-    size_t end = s_.find('\'', pos_ + 1);
-    if (end == std::string_view::npos) return LineFail(line_, "unterminated single quote");
-    out->append(s_.substr(pos_ + 1, end - pos_ - 1));
-    pos_ = end + 1;
-    return Ok();
-  }
-
-  Status DoubleQuote(std::string* out) {
-    ++pos_;
-    while (pos_ < s_.size()) {
-      char c = s_[pos_];
-      if (c == '"') {
-        ++pos_;
-        return Ok();
-      }
-      if (c == '\\' && pos_ + 1 < s_.size() &&
-          (s_[pos_ + 1] == '"' || s_[pos_ + 1] == '\\' || s_[pos_ + 1] == '$')) {
-        *out += s_[pos_ + 1];
-        pos_ += 2;
-      } else if (c == '$') {
-        SPACE_TRY(Dollar(out));
-      } else {
-        *out += c;
-        ++pos_;
-      }
-    }
-    return LineFail(line_, "unterminated double quote");
-  }
-
-  void Unset(const std::string& name) {
-    std::string w = "line " + std::to_string(line_) + ": variable " + name +
-                    " is not set; it expands to an empty string";
-    if (warnings_ && std::find(warnings_->begin(), warnings_->end(), w) == warnings_->end())
-      warnings_->push_back(std::move(w));
-  }
-
-  Status Dollar(std::string* out) {
-    ++pos_;  // '$'
-    if (pos_ >= s_.size()) {
-      *out += '$';
-      return Ok();
-    }
-    if (s_[pos_] != '{') {
-      size_t start = pos_;
-      if (!(std::isalpha(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_')) {
-        *out += '$';  // "$5", "$ " and "$(" stay literal
-        return Ok();
-      }
-      while (pos_ < s_.size() &&
-             (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
-        ++pos_;
-      std::string name(s_.substr(start, pos_ - start));
-      if (const std::string* v = lookup_(name)) {
-        *out += *v;
-      } else {
-        Unset(name);
-      }
-      return Ok();
-    }
-    if (++depth_ > 16) return LineFail(line_, "variable expansions nested too deeply");
-    ++pos_;  // '{'
-    size_t start = pos_;
-    while (pos_ < s_.size() &&
-           (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
-      ++pos_;
-    std::string name(s_.substr(start, pos_ - start));
-    if (!IsVarName(name)) return LineFail(line_, "bad variable name in ${...}");
-    if (pos_ >= s_.size()) return LineFail(line_, "missing '}' in variable expansion");
-    const std::string* v = lookup_(name);
-    char c = s_[pos_];
-    if (c == '}') {
-      ++pos_;
-      if (v) {
-        *out += *v;
-      } else {
-        Unset(name);
-      }
-      --depth_;
-      return Ok();
-    }
-    // ${V:-w} ${V-w} ${V:+w} ${V+w} ${V:?msg} ${V?msg}
-    bool colon = false;
-    if (c == ':') {
-      colon = true;
-      ++pos_;
-      if (pos_ >= s_.size()) return LineFail(line_, "missing '}' in variable expansion");
-      c = s_[pos_];
-    }
-    if (c != '-' && c != '+' && c != '?') {
-      return LineFail(line_, "unsupported variable expansion ${" + name + (colon ? ":" : "") +
-                                 std::string(1, c) +
-                                 "...} (supported: ${V}, ${V:-w}, ${V:+w}, "
-                                 "${V:?msg})");
-    }
-    ++pos_;
-    std::string word;
-    SPACE_TRY(Process(&word, '}', nullptr));
-    ++pos_;  // '}'
-    --depth_;
-    bool set = v && (!colon || !v->empty());
-    if (c == '-') {
-      *out += set ? *v : word;
-    } else if (c == '+') {
-      if (set) *out += word;
-    } else {  // '?'
-      if (!set) {
-        return LineFail(line_, "variable " + name + " is " + (v ? "empty" : "not set") +
-                                   (word.empty() ? "" : ": " + word));
-      }
-      *out += *v;
-    }
-    return Ok();
-  }
-
-  std::string_view s_;
-  size_t pos_ = 0;
-  Lookup lookup_;
-  int line_;
-  std::vector<std::string>* warnings_;
-  bool raw_;
-  int depth_ = 0;
-};
-
-// Parses `["a", "b"]`; nullopt when the text is not a JSON array of strings.
-std::optional<std::vector<std::string>> JsonStringArray(std::string_view text) {
-  auto j = ParseJson(text);
-  if (!j || !j->is_array()) return std::nullopt;
-  std::vector<std::string> out;
-  for (const auto& e : *j) {
-    if (!e.is_string()) return std::nullopt;
-    out.push_back(e.get<std::string>());
-  }
-  return out;
-}
-
-// BuildKit treats a shell word of the form [fd]<<[-]WORD as a heredoc; we refuse those
-// rather than run a different command than the author wrote.
-bool HasHeredoc(std::string_view text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    while (i < text.size() && IsSpace(text[i])) ++i;
-    size_t start = i;
-    while (i < text.size() && !IsSpace(text[i])) ++i;
-    std::string_view w = text.substr(start, i - start);
-    size_t d = 0;
-    while (d < w.size() && std::isdigit(static_cast<unsigned char>(w[d]))) ++d;
-    w.remove_prefix(d);
-    if (w.size() > 2 && w[0] == '<' && w[1] == '<' && w[2] != '<') {
-      std::string_view rest = w.substr(2);
-      if (!rest.empty() && rest[0] == '-') rest.remove_prefix(1);
-      if (!rest.empty() && (rest[0] == '\'' || rest[0] == '"')) rest.remove_prefix(1);
-      if (!rest.empty() && (std::isalpha(static_cast<unsigned char>(rest[0])) || rest[0] == '_'))
-        return true;
-    }
-  }
-  return false;
-}
-
-// Leading `--name=value` flags of RUN/COPY; stops at the first other word.
-struct Flags {
-  std::vector<std::pair<std::string, std::string>> items;  // name (without --), raw value
-  std::string_view rest;
-  bool missing_value = false;
-  std::string bad;  // the flag without '='
-};
-
-Flags SplitFlags(std::string_view args) {
-  Flags f;
-  std::string_view s = Trim(args);
-  while (s.size() > 2 && s[0] == '-' && s[1] == '-' &&
-         std::isalpha(static_cast<unsigned char>(s[2]))) {
-    // The flag ends at unquoted whitespace: `--chown="a b"` is one flag (then refused by
-    // its validation, but with the right message).
-    size_t end = 0;
-    char quote = 0;
-    while (end < s.size() && (quote || !IsSpace(s[end]))) {
-      if (quote) {
-        if (s[end] == quote)
-          quote = 0;
-        else if (s[end] == '\\' && quote == '"' && end + 1 < s.size())
-          ++end;
-      } else if (s[end] == '"' || s[end] == '\'') {
-        quote = s[end];
-      } else if (s[end] == '\\' && end + 1 < s.size()) {
-        ++end;
-      }
-      ++end;
-    }
-    std::string_view flag = s.substr(2, end - 2);
-    size_t eq = flag.find('=');
-    if (eq == std::string_view::npos) {
-      f.missing_value = true;
-      f.bad = std::string(flag);
-      return f;
-    }
-    f.items.emplace_back(std::string(flag.substr(0, eq)), std::string(flag.substr(eq + 1)));
-    s = Trim(s.substr(end));
-  }
-  f.rest = s;
-  return f;
 }
 
 // A logical line: an instruction with its continuations joined.
@@ -749,8 +461,11 @@ class Parser {
     words.pop_back();
     for (const auto& src : words) {
       if (src.empty()) return LineFail(line, "COPY source is empty");
-      if (src.find_first_of("*?[") != std::string::npos)
-        return LineFail(line, "COPY wildcards are not supported: " + Quote(src));
+      if (IsCopyPattern(src)) {
+        // Matched against the context when the step runs; its syntax is checked now.
+        if (std::string why = internal::CopyPatternError(src); !why.empty())
+          return LineFail(line, "COPY source " + Quote(src) + ": bad wildcard: " + why);
+      }
       std::string norm = NormalizeAbs("/" + src);  // only to detect "..": see below
       // Reject rather than clamp "..": silently copying a different path than written hides
       // mistakes, and a source must name something inside the build context.
@@ -767,6 +482,9 @@ class Parser {
     if (dest.empty()) return LineFail(line, "COPY destination is empty");
     bool dir = dest.back() == '/' || dest == "." || dest == ".." ||
                (dest.size() >= 2 && dest.compare(dest.size() - 2, 2, "/.") == 0);
+    // Several sources written out need a directory now; a wildcard matching several paths is
+    // refused when it is expanded (core's CopyDigest), as Docker does: one match alone is a
+    // source like any other.
     if (words.size() > 1 && !dir) {
       return LineFail(line,
                       "COPY with several sources needs a destination directory ending "

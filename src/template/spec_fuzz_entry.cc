@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "template/internal.h"
 #include "template/template.h"
 
 namespace space::tmpl {
@@ -84,6 +85,8 @@ int FuzzParseSpec(const uint8_t* data, size_t size) {
           const std::string& src = s.args[i];
           if (src.empty() || src[0] == '/' || HasDotDot(src))
             Violated("COPY source escapes the context", src);
+          if (IsCopyPattern(src) && !internal::CopyPatternError(src).empty())
+            Violated("malformed COPY wildcard accepted", src);
         }
         break;
       case StepKind::kWorkdir:

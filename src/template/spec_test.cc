@@ -292,7 +292,12 @@ TEST(SpecCopyTest, Errors) {
   ExpectError("FROM a\nCOPY a b /x", "line 2: ", "ending in '/'");
   ExpectError("FROM a\nCOPY ../etc/passwd /x", "line 2: ", "leaves the build context");
   ExpectError("FROM a\nCOPY a/../../b /x", "line 2: ", "leaves the build context");
-  ExpectError("FROM a\nCOPY *.py /x/", "line 2: ", "wildcards");
+  ExpectError("FROM a\nCOPY ../*.py /x/", "line 2: ", "leaves the build context");
+  ExpectError("FROM a\nCOPY src/*/../../x /x/", "line 2: ", "leaves the build context");
+  ExpectError("FROM a\nCOPY [a-z.py /x/", "line 2: ", "'[' without a closing ']'");
+  ExpectError("FROM a\nCOPY \"a[b/c]\" /x/", "line 2: ", "bad wildcard");
+  ExpectError("FROM a\nCOPY [\"a*\\\\\", \"/x/\"]", "line 2: ", "trailing");
+  ExpectError("FROM a\nCOPY --chmod=9 *.py /x/", "line 2: ", "--chmod wants");
   ExpectError("FROM a\nCOPY --from=builder /a /b", "line 2: ", "COPY --from");
   ExpectError("FROM a\nCOPY --link a /b", "line 2: ", "needs =value");
   ExpectError("FROM a\nCOPY --chown=\"a b\" x /y", "line 2: ", "--chown wants");
@@ -300,6 +305,63 @@ TEST(SpecCopyTest, Errors) {
   ExpectError("FROM a\nCOPY a", "line 2: ", "source and a destination");
   ExpectError("FROM a\nCOPY --chown=1:1", "line 2: ", "source and a destination");
   ExpectError("FROM a\nCOPY \"\" /x", "line 2: ", "source is empty");
+}
+
+// Wildcard sources parse into patterns (normalized like any source), expanded at build time.
+TEST(SpecCopyTest, WildcardSources) {
+  Spec s = MustParse(
+      "FROM a\n"
+      "WORKDIR /app\n"
+      "COPY folder/* folder\n"  // one source: a destination without '/' is allowed here
+      "COPY --chmod=0755 ./bin/?? /usr/local/bin/\n"
+      "COPY [\"/src/[a-c]*.py\", \"lib/[!_]*\", \"py/\"]\n"
+      "ARG EXT=txt\n"
+      "COPY *.${EXT} docs/\n");
+  ASSERT_EQ(s.steps.size(), 5u);
+  EXPECT_EQ(s.steps[1].args, (std::vector<std::string>{"folder/*", "/app/folder"}));
+  EXPECT_EQ(s.steps[2].args, (std::vector<std::string>{"bin/??", "/usr/local/bin/"}));
+  EXPECT_EQ(s.steps[2].chmod, "0755");
+  EXPECT_EQ(s.steps[3].args, (std::vector<std::string>{"src/[a-c]*.py", "lib/[!_]*", "/app/py/"}));
+  EXPECT_EQ(s.steps[4].args, (std::vector<std::string>{"*.txt", "/app/docs/"}));
+  // Several sources, wildcards or not, still need a directory.
+  ExpectError("FROM a\nCOPY *.py *.txt /x", "line 2: ", "ending in '/'");
+}
+
+// The pattern keys the cache like any argument: another pattern is another step.
+TEST(SpecCopyTest, WildcardIsPartOfTheCacheKey) {
+  Spec s = MustParse("FROM a\nCOPY dir/* /d/\nCOPY dir/? /d/\n");
+  ASSERT_EQ(s.steps.size(), 2u);
+  EXPECT_NE(StepCacheKey("sha256:b", s.steps[0], "sha256:c"),
+            StepCacheKey("sha256:b", s.steps[1], "sha256:c"));
+}
+
+TEST(CopyPatternTest, MatchesPerSegmentInWalkOrder) {
+  const std::map<std::string, std::string> ctx = {
+      {"folder/a.txt", "a"},     {"folder/b.py", "b"},       {"folder/.hidden", "h"},
+      {"folder/sub/x", "x"},     {"folder/sub/deep/y", "y"}, {"folder.b/z", "z"},
+      {"other/a.txt", "o"},      {"top.txt", "t"},           {"[lit]", "l"}};
+  using V = std::vector<std::string>;
+  EXPECT_TRUE(IsCopyPattern("a*"));
+  EXPECT_TRUE(IsCopyPattern("a?"));
+  EXPECT_TRUE(IsCopyPattern("[ab]"));
+  EXPECT_FALSE(IsCopyPattern("folder/a.txt"));
+  // '*' matches dotfiles and directories (here sub), never across '/'.
+  EXPECT_EQ(MatchCopyPattern("folder/*", ctx), (V{"folder/.hidden", "folder/a.txt",
+                                                   "folder/b.py", "folder/sub"}));
+  EXPECT_EQ(MatchCopyPattern("*", ctx), (V{"[lit]", "folder", "folder.b", "other", "top.txt"}));
+  // Directory by directory: "folder/..." before "folder.b/...".
+  EXPECT_EQ(MatchCopyPattern("*/a.txt", ctx), (V{"folder/a.txt", "other/a.txt"}));
+  EXPECT_EQ(MatchCopyPattern("folder*/*", ctx).front(), "folder/.hidden");
+  EXPECT_EQ(MatchCopyPattern("folder*/*", ctx).back(), "folder.b/z");
+  EXPECT_EQ(MatchCopyPattern("folder/?.*", ctx), (V{"folder/a.txt", "folder/b.py"}));
+  EXPECT_EQ(MatchCopyPattern("folder/[!a]*", ctx), (V{"folder/.hidden", "folder/b.py",
+                                                       "folder/sub"}));
+  EXPECT_EQ(MatchCopyPattern("folder/*/*", ctx), (V{"folder/sub/deep", "folder/sub/x"}));
+  EXPECT_EQ(MatchCopyPattern("./folder//sub/*/y", ctx), (V{"folder/sub/deep/y"}));
+  EXPECT_EQ(MatchCopyPattern("\\[lit]", ctx), (V{"[lit]"}));  // escaped: a literal '['
+  EXPECT_TRUE(MatchCopyPattern("*.none", ctx).empty());
+  EXPECT_TRUE(MatchCopyPattern("folder/sub/deep/y/*", ctx).empty());  // below a file
+  EXPECT_TRUE(MatchCopyPattern("fold?r/a.txt/*", ctx).empty());
 }
 
 TEST(SpecArgTest, SubstitutionScopesAndBuildArgs) {

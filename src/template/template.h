@@ -56,9 +56,11 @@ namespace space::tmpl {
 // split into more words.
 // Rejected with "line N: ...": unknown instructions, ADD, ONBUILD, SHELL, a second FROM,
 // FROM --platform, RUN/COPY flags other than those above (--mount, --from, --link, ...),
-// heredocs (`<<EOF`), COPY sources with a `..` component or wildcards (`*?[`), unsupported
-// `${...}` forms, NUL bytes, and an `# escape=` directive other than `\`. A leading '/' on a
-// COPY source is dropped: sources are relative to the build context root, as in Docker.
+// heredocs (`<<EOF`), COPY sources with a `..` component or a malformed wildcard (an
+// unclosed `[`, a trailing `\`), unsupported `${...}` forms, NUL bytes, and an `# escape=`
+// directive other than `\`. A leading '/' on a COPY source is dropped: sources are relative
+// to the build context root, as in Docker. A COPY source holding `*`, `?` or `[` is a
+// wildcard, expanded against the build context when the step runs (MatchCopyPattern).
 // Comments (`#` as the first non-blank character), blank lines, CRLF line ends and backslash
 // continuations are accepted; a continued instruction reports its first line.
 // Limits: the text is at most kMaxSpecBytes, at most kMaxInstructions instructions.
@@ -86,8 +88,9 @@ struct Step {
   // RUN shell form: {command} (to run as {"/bin/sh", "-c", command}, see RunArgv).
   // RUN exec form:  argv (non-empty).
   // COPY: sources (normalized, relative to the build context root, no "..", "." for the
-  //       root itself) followed by the destination (absolute; resolved against the working
-  //       directory; a trailing '/' is kept and means "into this directory").
+  //       root itself; a wildcard stays a pattern, see IsCopyPattern) followed by the
+  //       destination (absolute; resolved against the working directory; a trailing '/' is
+  //       kept and means "into this directory").
   // ENV:  {"K=V", ...} with values already expanded.
   // WORKDIR: {absolute normalized path}. USER: {"user[:group]"}.
   std::vector<std::string> args;
@@ -150,6 +153,27 @@ std::vector<std::string> RunArgv(const Step& step);
 // concatenation.
 std::string StepCacheKey(const std::string& parent_digest, const Step& step,
                          const std::string& copy_content_digest);
+
+// ---------------------------------------------------------------------------------------------
+// COPY wildcards, as Docker has them (Go's filepath.Match): a source holding `*`, `?` or `[`
+// is matched against the build context one '/'-separated segment at a time, as fnmatch(3)
+// with FNM_PATHNAME does: `*` and `?` never match '/', `[...]` is a character class (`[!...]`
+// or `[^...]` negated), `\` escapes the next character, and a leading '.' is matched like any
+// other character (`*` matches dotfiles, as in Docker). A pattern of N segments names every
+// file or directory of the context whose path has N segments, each matched by its own. The
+// context holds regular files only (no symlinks), so nothing a pattern names is outside it.
+// The builder copies each match as if it were written as a source of its own, in the order
+// below (a directory's contents go into the destination, Docker's rule).
+
+// Whether a COPY source is a wildcard pattern.
+bool IsCopyPattern(std::string_view source);
+
+// The paths of the build context `pattern` matches, each once, in the order Docker copies
+// them (sorted segment by segment, as a directory walk lists them). A match is a file's path
+// or a directory's (a proper prefix of some file's path). `context` maps relative paths
+// ("a/b.txt": no empty, "." or ".." segment) to their contents. Empty when nothing matches.
+std::vector<std::string> MatchCopyPattern(std::string_view pattern,
+                                          const std::map<std::string, std::string>& context);
 
 // ---------------------------------------------------------------------------------------------
 // Tar extraction, safe against hostile archives.

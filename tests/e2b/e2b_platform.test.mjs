@@ -46,12 +46,15 @@ function getThrough(host, headers = {}, path = '/hostname') {
 }
 
 describe('templates', { skip: typeof Template?.build === 'function' ? false : 'this SDK release has no Template.build' }, () => {
-  test('Template.build: FROM a SPACE template, COPY from the context, RUN, ENV, WORKDIR; then a sandbox of it', async (t) => {
+  test('Template.build: FROM a SPACE template, COPY from the context (a wildcard too), RUN, ENV, WORKDIR; then a sandbox of it', async (t) => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'e2b-tpl-'))
     t.after(() => fs.rmSync(dir, { recursive: true, force: true }))
     fs.writeFileSync(path.join(dir, 'hello.txt'), 'hello from the context\n')
     fs.mkdirSync(path.join(dir, 'sub'))
     fs.writeFileSync(path.join(dir, 'sub', 'a.txt'), 'a\n')
+    fs.mkdirSync(path.join(dir, 'folder'))
+    fs.writeFileSync(path.join(dir, 'folder', 'one.txt'), 'one\n')
+    fs.writeFileSync(path.join(dir, 'folder', 'two.txt'), 'two\n')
     const name = `ci-e2b-${process.pid}`
     const tpl = Template({ fileContextPath: dir })
       .fromTemplate('base:latest')
@@ -60,6 +63,7 @@ describe('templates', { skip: typeof Template?.build === 'function' ? false : 't
       .runCmd('echo built > /built')
       .setEnvs({ GREETING: 'hi "there" $HOME' })
       .setWorkdir('/data')
+      .copy('folder/*', 'globbed') // a wildcard: what it matches goes into /data/globbed/
     const logs = []
     const info = await Template.build(tpl, `${name}:v1`, { onBuildLogs: (e) => logs.push(String(e.message ?? e)) })
     assert.match(info.buildId, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/, JSON.stringify(info))
@@ -68,6 +72,8 @@ describe('templates', { skip: typeof Template?.build === 'function' ? false : 't
     created.push(sbx)
     const r = await sbx.commands.run('cat hello.txt sub/a.txt /built; echo "$GREETING"; pwd')
     assert.equal(r.stdout, 'hello from the context\na\nbuilt\nhi "there" $HOME\n/data\n')
+    const globbed = await sbx.commands.run('cat globbed/one.txt globbed/two.txt; ls -A globbed')
+    assert.equal(globbed.stdout, 'one\ntwo\none.txt\ntwo.txt\n')
     // A second build of the same files finds them uploaded already, and builds again.
     const again = await Template.build(tpl, `${name}:v2`)
     assert.notEqual(again.buildId, info.buildId)

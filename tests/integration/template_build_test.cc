@@ -170,6 +170,62 @@ TEST_F(TemplateBuildTest, CopyFromContext) {
   EXPECT_TRUE(c().DeleteSandboxAndWait(id4, 30s));
 }
 
+// COPY wildcards, Docker's way: each match copied as if written out (a directory's contents
+// into the destination), a single match to a destination without '/' as a file, no match a
+// clear error; the cache is keyed by the content of what the pattern matches.
+TEST_F(TemplateBuildTest, CopyWildcardFromContext) {
+  Json ctx = {{"folder/a.txt", B64("A")},      {"folder/.dot", B64("D")},
+              {"folder/sub/x.txt", B64("X")},  {"folder/sub/deep/y", B64("Y")},
+              {"other/skip", B64("S")}};
+  const std::string spec =
+      "FROM base\nWORKDIR /w\nCOPY folder/* dest/\nCOPY folder/a* single\n"
+      "RUN cat dest/a.txt dest/x.txt > /seen\n";
+  auto [status, body] = Build({{"name", "glob"}, {"spec", spec}, {"context", ctx}});
+  ASSERT_EQ(status, 201) << body.dump();
+  const std::string digest = body["operation"]["result"]["digest"];
+  std::string id = CreateSandbox(c(), {{"template", "glob:latest"}});
+  ASSERT_FALSE(id.empty());
+  // folder/sub is a match: its contents (x.txt, deep/) land in dest/, not dest/sub/.
+  auto r = c().Run(id, Json{{"cmd", "cd /w && LC_ALL=C ls -A dest dest/deep && cat dest/.dot dest/deep/y && "
+                                    "test -f single && cat single /seen"}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->out, "dest:\n.dot\na.txt\ndeep\nx.txt\n\ndest/deep:\ny\nDYAAX") << r->err;
+  EXPECT_TRUE(c().DeleteSandboxAndWait(id, 30s));
+
+  // A context file the patterns do not match changes nothing: every step is reused.
+  ctx["other/skip"] = B64("S2");
+  auto [s2, b2] = Build({{"name", "glob"}, {"tag", "v2"}, {"spec", spec}, {"context", ctx}});
+  ASSERT_EQ(s2, 201) << b2.dump();
+  EXPECT_EQ(Count(BuildLog(b2["operation"]["id"]), "  cached"), 4);
+  EXPECT_EQ(b2["operation"]["result"]["digest"], digest);
+
+  // Editing a matched file (inside a matched directory) rebuilds the COPY and what follows.
+  ctx["folder/sub/x.txt"] = B64("X2");
+  auto [s3, b3] = Build({{"name", "glob"}, {"tag", "v3"}, {"spec", spec}, {"context", ctx}});
+  ASSERT_EQ(s3, 201) << b3.dump();
+  std::string log3 = BuildLog(b3["operation"]["id"]);
+  EXPECT_EQ(Count(log3, "  cached"), 1) << log3;  // the WORKDIR layer only
+  EXPECT_NE(b3["operation"]["result"]["digest"], digest);
+  std::string id3 = CreateSandbox(c(), {{"template", "glob:v3"}});
+  ASSERT_FALSE(id3.empty());
+  EXPECT_EQ(Cat(id3, "/seen"), "AX2");
+  EXPECT_TRUE(c().DeleteSandboxAndWait(id3, 30s));
+
+  // A pattern matching nothing is refused up front, naming the line and the pattern.
+  auto [s4, b4] = Build({{"name", "glob"}, {"spec", "FROM base\nCOPY nothing/*.txt /x/\n"},
+                         {"context", ctx}});
+  EXPECT_EQ(s4, 400) << b4.dump();
+  const std::string m4 = b4.dump();
+  EXPECT_NE(m4.find("line 2"), std::string::npos) << m4;
+  EXPECT_NE(m4.find("nothing/*.txt"), std::string::npos) << m4;
+  EXPECT_NE(m4.find("no source files were specified"), std::string::npos) << m4;
+  // Several matches need a destination directory ending in '/'.
+  auto [s5, b5] = Build({{"name", "glob"}, {"spec", "FROM base\nCOPY folder/* /x\n"},
+                         {"context", ctx}});
+  EXPECT_EQ(s5, 400) << b5.dump();
+  EXPECT_NE(b5.dump().find("ending in '/'"), std::string::npos) << b5.dump();
+}
+
 TEST_F(TemplateBuildTest, FailingRunFailsWithLineAndLeavesNothing) {
   auto [status, body] =
       Build({{"name", "bad"}, {"spec", "FROM base\nRUN true\n# comment\nRUN echo oops; exit 3\n"}});
@@ -285,6 +341,12 @@ TEST_F(TemplateBuildTest, CliBuildAndImport) {
   EXPECT_EQ(Cat(id, "/seen"), "key=value\n");
   EXPECT_NE(Cat(id, "/unused.bin"), "not sent");
   EXPECT_TRUE(c().DeleteSandboxAndWait(id, 30s));
+
+  // A wildcard: the CLI sends the directory above it, spaced matches it.
+  ASSERT_TRUE(sys::WriteFileAtomic(dir + "/Globfile", "FROM base\nCOPY conf/*.ini /etc/app/\n"));
+  auto glob = space({"template", "build", "-f", dir + "/Globfile", "-t", "cli:glob", "--context",
+                     dir + "/ctx"});
+  EXPECT_EQ(glob.exit_code, 0) << glob.err;
 
   // A failing build: exit 1, the reason (with its line) on stderr, nothing on stdout.
   ASSERT_TRUE(sys::WriteFileAtomic(dir + "/Bad", "FROM base\nRUN false\n"));

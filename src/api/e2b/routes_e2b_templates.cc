@@ -183,7 +183,13 @@ Result<Translated> ToSpacefile(const Json& body) {
       std::string flags;
       if (args.size() > 2 && !args[2].empty()) flags += "--chown=" + args[2] + " ";
       if (args.size() > 3 && !args[3].empty()) flags += "--chmod=" + args[3] + " ";
-      t.spec += "COPY " + flags + "[" + JsonStr(args[0]) + ", " + JsonStr(args[1]) + "]\n";
+      // E2B copies what a wildcard matches into the destination, as a directory (its own
+      // suite: copy("folder/*", "folder") then `cat folder/test.txt`); a Dockerfile needs
+      // the trailing '/' for that when the wildcard matches several paths.
+      std::string dest = args[1];
+      if (args[0].find_first_of("*?[") != std::string::npos && !dest.empty() && dest.back() != '/')
+        dest += '/';
+      t.spec += "COPY " + flags + "[" + JsonStr(args[0]) + ", " + JsonStr(dest) + "]\n";
     } else if (type == "ENV") {
       if (args.size() % 2) return Fail(Errc::kInvalidArgument, where + "ENV wants key, value pairs");
       for (size_t i = 0; i + 1 < args.size(); i += 2) {
