@@ -3,17 +3,19 @@
 # (the baseline) and from a networked sandbox's namespace (through spaced's nftables table
 # and egress proxy), against a fake internet this script makes: a namespace holding
 # 203.0.113.10 with tests/integration/fakenet_server.py. Needs root, nft, python3.
-#   bench/net.sh [--bytes N] [--requests N]
+#   bench/net.sh [--bytes N] [--requests N] [--rounds N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/bin}
 BYTES=$((1024 * 1024 * 1024))
 REQUESTS=300
+ROUNDS=5
 while [ $# -gt 0 ]; do
   case "$1" in
     --bytes) BYTES=$2; shift 2 ;;
     --requests) REQUESTS=$2; shift 2 ;;
-    *) echo "usage: bench/net.sh [--bytes N] [--requests N]" >&2; exit 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    *) echo "usage: bench/net.sh [--bytes N] [--requests N] [--rounds N]" >&2; exit 2 ;;
   esac
 done
 DIR=$(mktemp -d /tmp/space-netbench-XXXXXX)
@@ -75,17 +77,21 @@ echo "# net bench $(date -u +%FT%TZ) on $(nproc) cores; sandbox $SID"
 speed() {  # bytes/s of one download of $BYTES from the producer $PRODUCER
   "$@" curl -s -o /dev/null -w '%{speed_download}\n' "http://203.0.113.10/$PRODUCER/$BYTES"
 }
-best() { sort -n | tail -1; }
 # Two producers: Python writing 64 KiB blocks (send(2), a copy per byte), and sendfile(2)
 # from memory (no copy, so the producer leaves more of the 2 cores to the path measured).
+# Host and proxied downloads alternate, $ROUNDS pairs, so a pair shares the machine's load
+# of the moment; the figure is the median of the pairs' ratios (and their range).
 for PRODUCER in bytes file-bytes; do
-  host=$( (for _ in 1 2 3; do speed; done) | best)
-  proxied=$( (for _ in 1 2 3; do speed $IN; done) | best)
-  python3 - "$host" "$proxied" "$PRODUCER" <<'EOF'
-import sys
-h, p = float(sys.argv[1]), float(sys.argv[2])
-how = {"bytes": "send(2) from Python", "file-bytes": "sendfile(2)"}[sys.argv[3]]
-print(f"download ({how}) {h/1e6:.0f} MB/s from the host, {p/1e6:.0f} MB/s through the egress proxy: {p/h:.2f}x")
+  pairs=""
+  for _ in $(seq 1 "$ROUNDS"); do pairs="$pairs $(speed):$(speed $IN)"; done
+  python3 - "$PRODUCER" $pairs <<'EOF'
+import statistics, sys
+how = {"bytes": "send(2) from Python", "file-bytes": "sendfile(2)"}[sys.argv[1]]
+pairs = [tuple(map(float, a.split(":"))) for a in sys.argv[2:]]
+ratios = sorted(p / h for h, p in pairs)
+h = statistics.median(h for h, _ in pairs); p = statistics.median(p for _, p in pairs)
+print(f"download ({how}) {h/1e6:.0f} MB/s from the host, {p/1e6:.0f} MB/s through the egress proxy "
+      f"(medians of {len(pairs)}): {statistics.median(ratios):.2f}x (pairs {ratios[0]:.2f}-{ratios[-1]:.2f}x)")
 EOF
 done
 
