@@ -72,6 +72,7 @@ constexpr RouteEntry kRoutes[] = {
     // Sandboxes and their lifecycle (routes_sandboxes.cc).
     {"GET", "/v1/sandboxes", Surface::kV1},
     {"POST", "/v1/sandboxes", Surface::kV1},
+    {"DELETE", "/v1/sandboxes", Surface::kV1},
     {"GET", "/v1/sandboxes/{id}", Surface::kV1},
     {"PATCH", "/v1/sandboxes/{id}", Surface::kV1},
     {"DELETE", "/v1/sandboxes/{id}", Surface::kV1},

@@ -80,6 +80,60 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
       co_await ReplyList(ctx, "sandboxes", std::move(list), SandboxJson);
       co_return true;
     }
+    if (ctx.method == "DELETE") {
+      // Bulk delete: every sandbox the label filter (and `state`, if given) matches, each as
+      // its own delete operation. Never all sandboxes by accident: a label is required.
+      if (bad_wait) {
+        co_await ctx.ReplyError(wait_error);
+        co_return true;
+      }
+      auto filter = ParseSandboxFilter(ctx.query);
+      if (filter && filter->labels.empty())
+        filter = Fail(Errc::kInvalidArgument, "a bulk delete needs at least one label=key=value filter");
+      if (!filter) {
+        co_await ctx.ReplyError(filter.error());
+        co_return true;
+      }
+      core::SandboxFilter f = std::move(*filter);
+      const std::string ds = ctx.Query("delete_snapshots");
+      const bool delete_snapshots = ds == "1" || ds == "true";
+      struct Outcome {
+        std::string id;
+        Result<store::OperationRecord> op;
+      };
+      auto outcomes = co_await ctx.Blocking([&]() -> Result<std::vector<Outcome>> {
+        auto list = p->ListSandboxes(f);
+        if (!list) return tl::unexpected(list.error());
+        std::vector<Outcome> out;
+        for (const auto& sb : *list) out.push_back({sb.id, p->DeleteSandbox(sb.id, delete_snapshots)});
+        return out;
+      });
+      if (!outcomes) {
+        co_await ctx.ReplyError(outcomes.error());
+        co_return true;
+      }
+      const int64_t deadline = MonotonicNanos() + wait_ms * 1000000;
+      Json ops = Json::array(), errors = Json::array();
+      bool all_done = true;
+      for (auto& o : *outcomes) {
+        if (!o.op) {
+          // Gone meanwhile, or busy: said per sandbox; the others go on.
+          errors.push_back({{"sandbox_id", o.id}, {"error", ErrorBody(o.op.error())["error"]}});
+          continue;
+        }
+        store::OperationRecord op = *o.op;
+        const int64_t left_ms = (deadline - MonotonicNanos()) / 1000000;
+        if (wait_ms > 0 && !Finished(op) && left_ms > 0) {
+          auto done = co_await AwaitOperation(ctx, op.id, left_ms);
+          if (done) op = *done;
+        }
+        all_done = all_done && Finished(op);
+        ops.push_back(OperationJson(op));
+      }
+      Json reply_body = {{"operations", ops}, {"count", ops.size()}, {"errors", errors}};
+      co_await ctx.Reply(wait_ms > 0 && all_done ? 200 : 202, reply_body);
+      co_return true;
+    }
     co_await ctx.ReplyError(Error{Errc::kInvalidArgument, 0, "method not allowed"});
     co_return true;
   }

@@ -637,20 +637,35 @@ Result<Json> Client::CreateSandboxAndWait(const Json& body, const WaitOptions& o
   return GetSandbox(sandbox_id);
 }
 
-Result<Json> Client::ListSandboxes(const std::vector<std::pair<std::string, std::string>>& labels,
-                                   std::string_view state) {
+namespace {
+
+// "?label=K=V&...&state=S" (empty when neither is given).
+std::string SandboxFilterQuery(const std::vector<std::pair<std::string, std::string>>& labels,
+                               std::string_view state) {
   std::string query;
   for (const auto& [k, v] : labels) {
     query += query.empty() ? '?' : '&';
-    query += "label=" + QueryEscape(k) + "=" + QueryEscape(v);
+    query += "label=" + Client::QueryEscape(k) + "=" + Client::QueryEscape(v);
   }
   if (!state.empty()) {
     query += query.empty() ? '?' : '&';
-    query += "state=" + QueryEscape(state);
+    query += "state=" + Client::QueryEscape(state);
   }
-  auto r = Call("GET", "/v1/sandboxes" + query);
+  return query;
+}
+
+}  // namespace
+
+Result<Json> Client::ListSandboxes(const std::vector<std::pair<std::string, std::string>>& labels,
+                                   std::string_view state) {
+  auto r = Call("GET", "/v1/sandboxes" + SandboxFilterQuery(labels, state));
   if (!r) return r;
   return ArrayField(*r, "sandboxes");
+}
+
+Result<Json> Client::DeleteSandboxesByLabel(const std::vector<std::pair<std::string, std::string>>& labels) {
+  if (labels.empty()) return Fail(Errc::kInvalidArgument, "a bulk delete needs at least one label");
+  return Call("DELETE", "/v1/sandboxes" + SandboxFilterQuery(labels, {}));
 }
 
 Result<Json> Client::GetSandbox(std::string_view id) { return Call("GET", SandboxPath(id)); }

@@ -188,6 +188,9 @@ class Client {
   Result<Json> ListSandboxes(const std::vector<std::pair<std::string, std::string>>& labels = {},
                              std::string_view state = {});
   Result<Json> GetSandbox(std::string_view id);
+  // DELETE /v1/sandboxes?label=K=V...: every sandbox the labels (at least one) match, one
+  // delete operation each; returns {"operations":[OP],"count":N,"errors":[{sandbox_id,error}]}.
+  Result<Json> DeleteSandboxesByLabel(const std::vector<std::pair<std::string, std::string>>& labels);
   // DELETE /v1/sandboxes/{id}; returns {"operation":OP}.
   Result<Json> DeleteSandbox(std::string_view id, milliseconds wait = milliseconds{0});
   Result<Json> CreateSandboxAndWait(const Json& body, const WaitOptions& options);

@@ -361,13 +361,68 @@ int RunNetwork(Context& ctx, const NetworkArgs& a) {
 
 struct RmArgs {
   std::vector<std::string> ids;
+  std::vector<std::string> labels;  // K=V: every sandbox they all match (a bulk delete)
   bool async = false;
   double timeout = 0;
 };
 
+// One sandbox's finished delete as rm reports it: its id on a line (an entry with --json),
+// or the error.
+void ReportRemoved(Context& ctx, const std::string& id, Status st, Json* results, int* rc) {
+  if (!st) {
+    *rc = ReportError(std::move(st).error().Wrap("rm " + id));
+  } else if (ctx.globals.json) {
+    results->push_back(Json{{"id", id}, {"deleted", true}});
+  } else {
+    PrintText(id + "\n");
+  }
+}
+
+// rm --label: one bulk delete, then (unless --async) a wait for each operation it started.
+int RunRmByLabel(Context& ctx, client::Client& c, const RmArgs& a) {
+  auto labels = KeyValuesToPairs(a.labels);
+  if (!labels) return ReportUsage("--label: " + labels.error().message);
+  auto r = c.DeleteSandboxesByLabel(*labels);
+  if (!r) return ReportError(std::move(r).error().Wrap("rm --label"));
+  auto array_of = [&r](const char* key) {
+    const Json* f = JsonField(*r, key);
+    return f && f->is_array() ? *f : Json::array();
+  };
+  int rc = 0;
+  for (const Json& e : array_of("errors")) {
+    // Each entry carries an error as an operation does.
+    rc = ReportError(client::Client::OperationError(e).Wrap("rm " + JsonStringOr(e, "sandbox_id", "?")));
+  }
+  Json results = Json::array();
+  for (const Json& op : array_of("operations")) {
+    const std::string id = JsonStringOr(op, "target", "");
+    if (a.async) {
+      if (ctx.globals.json) {
+        results.push_back(Json{{"operation", op}});
+      } else {
+        PrintText(JsonStringOr(op, "id", "") + "\n");
+      }
+      continue;
+    }
+    auto done = c.WaitOperation(JsonStringOr(op, "id", ""), WaitOptionsFor(a.timeout).timeout);
+    Status st = Ok();
+    if (!done) {
+      st = tl::unexpected(std::move(done).error());
+    } else if (JsonStringOr(*done, "state", "") == "failed") {
+      st = tl::unexpected(client::Client::OperationError(*done));
+    }
+    ReportRemoved(ctx, id, std::move(st), &results, &rc);
+  }
+  if (ctx.globals.json) PrintJson(results);
+  return rc;
+}
+
 int RunRm(Context& ctx, const RmArgs& a) {
+  if (a.ids.empty() == a.labels.empty())
+    return ReportUsage("rm takes sandbox ids or --label KEY=VALUE, one of the two");
   auto c = ctx.GetClient();
   if (!c) return ReportError(c.error());
+  if (!a.labels.empty()) return RunRmByLabel(ctx, **c, a);
   int rc = 0;
   Json results = Json::array();
   for (const std::string& id : a.ids) {
@@ -385,16 +440,7 @@ int RunRm(Context& ctx, const RmArgs& a) {
       }
       continue;
     }
-    auto r = (*c)->DeleteSandboxAndWait(id, WaitOptionsFor(a.timeout));
-    if (!r) {
-      rc = ReportError(std::move(r).error().Wrap("rm " + id));
-      continue;
-    }
-    if (ctx.globals.json) {
-      results.push_back(Json{{"id", id}, {"deleted", true}});
-    } else {
-      PrintText(id + "\n");
-    }
+    ReportRemoved(ctx, id, (*c)->DeleteSandboxAndWait(id, WaitOptionsFor(a.timeout)), &results, &rc);
   }
   if (ctx.globals.json) PrintJson(results);
   return rc;
@@ -607,7 +653,9 @@ void AddSandboxCommands(CLI::App& app, Context& ctx) {
   {
     auto a = std::make_shared<RmArgs>();
     CLI::App* cmd = app.add_subcommand("rm", "Delete sandboxes (waits until they are gone)");
-    cmd->add_option("ids", a->ids, "Sandbox ids")->required();
+    cmd->add_option("ids", a->ids, "Sandbox ids");
+    cmd->add_option("--label", a->labels,
+                    "KEY=VALUE (repeatable): instead of ids, every sandbox whose labels all match");
     cmd->add_flag("--async", a->async, "Do not wait: print the delete operations' ids");
     cmd->add_option("--timeout", a->timeout, "Give up waiting after SECS (default: no limit)");
     cmd->callback([&ctx, a] { ctx.exit_code = RunRm(ctx, *a); });

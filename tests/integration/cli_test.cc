@@ -1,4 +1,7 @@
 // The `space` CLI against a real spaced: the fixed points of its interface.
+#include <set>
+#include <sstream>
+
 #include "tests/integration/harness.h"
 
 namespace space::testing {
@@ -103,6 +106,39 @@ TEST_F(CliTest, CreateExecLsCpLogsRm) {
   auto gone = daemon_->client().GetSandbox(id);
   ASSERT_FALSE(gone);
   EXPECT_EQ(gone.error().code, Errc::kNotFound);
+}
+
+TEST_F(CliTest, RmByLabelDeletesWhatMatchesAndNothingElse) {
+  std::vector<std::string> ids;
+  for (const char* batch : {"cli-x", "cli-x", "cli-y"}) {
+    auto made = Space({"create", "--label", std::string("batch=") + batch});
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    ids.push_back(Trim(made.out));
+  }
+  // Ids or labels, one of the two; a malformed label is a usage error.
+  EXPECT_NE(Space({"rm"}).exit_code, 0);
+  EXPECT_NE(Space({"rm", ids[0], "--label", "batch=cli-x"}).exit_code, 0);
+  auto bad = Space({"rm", "--label", "nokey"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--label"), std::string::npos) << bad.err;
+
+  auto rm = Space({"rm", "--label", "batch=cli-x"});
+  ASSERT_EQ(rm.exit_code, 0) << rm.err;
+  std::set<std::string> printed;
+  std::istringstream lines(rm.out);
+  for (std::string line; std::getline(lines, line);) printed.insert(line);
+  EXPECT_EQ(printed, std::set<std::string>({ids[0], ids[1]})) << rm.out;
+  for (int i : {0, 1}) EXPECT_EQ(daemon_->client().GetSandbox(ids[i]).error().code, Errc::kNotFound);
+  ASSERT_TRUE(daemon_->client().GetSandbox(ids[2]));
+
+  auto js = Space({"--json", "rm", "--label", "batch=cli-y"});
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  auto parsed = ParseJson(js.out);
+  ASSERT_TRUE(parsed) << js.out;
+  ASSERT_EQ(parsed->size(), 1u) << js.out;
+  EXPECT_EQ((*parsed)[0]["id"], ids[2]);
+  EXPECT_EQ((*parsed)[0]["deleted"], true);
+  EXPECT_EQ(daemon_->client().GetSandbox(ids[2]).error().code, Errc::kNotFound);
 }
 
 TEST_F(CliTest, ErrorsAreClear) {

@@ -1,4 +1,6 @@
 // The sandbox, command and file API of a real spaced, driven over HTTP on loopback.
+#include <set>
+
 #include "tests/integration/harness.h"
 
 namespace space::testing {
@@ -63,6 +65,52 @@ TEST_F(SandboxApiTest, SandboxIsListedAndFilteredByLabel) {
   auto running = c().ListSandboxes({}, "running");
   ASSERT_TRUE(running) << running.error().message;
   EXPECT_EQ(running->size(), 1u);
+}
+
+TEST_F(SandboxApiTest, BulkDeleteByLabelTakesOnlyWhatMatches) {
+  std::vector<std::string> xs;
+  for (int i = 0; i < 2; ++i) xs.push_back(CreateSandbox(c(), {{"metadata", {{"batch", "x"}}}}));
+  auto y = c().CreateSandbox({{"metadata", {{"batch", "y"}}}}, 60s);
+  ASSERT_TRUE(y) << y.error().message;
+  const std::string y_id = (*y)["sandbox"]["id"], y_token = (*y)["token"];
+  ASSERT_FALSE(xs[0].empty());
+  ASSERT_FALSE(xs[1].empty());
+
+  // Never everything by accident, and the filter is checked.
+  EXPECT_EQ(ApiRequest(c(), "DELETE", "/v1/sandboxes").status, 400);
+  EXPECT_EQ(ApiRequest(c(), "DELETE", "/v1/sandboxes?state=running").status, 400);
+  EXPECT_EQ(ApiRequest(c(), "DELETE", "/v1/sandboxes?label=nokey").status, 400);
+  EXPECT_EQ(ApiRequest(c(), "DELETE", "/v1/sandboxes?label=batch=x&wait=soon").status, 400);
+  // A sandbox's own token cannot delete others (nor itself this way): operators only.
+  client::Client scoped(daemon_->url(), y_token);
+  EXPECT_EQ(ApiRequest(scoped, "DELETE", "/v1/sandboxes?label=batch=y").status, 403);
+
+  auto r = ApiRequest(c(), "DELETE", "/v1/sandboxes?label=batch=x&wait=60s");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["count"], 2) << r.body;
+  EXPECT_TRUE(r.json["errors"].empty()) << r.body;
+  std::set<std::string> targets;
+  for (const auto& op : r.json["operations"]) {
+    EXPECT_EQ(op["state"], "succeeded") << op.dump();
+    targets.insert(op["target"].get<std::string>());
+  }
+  EXPECT_EQ(targets, std::set<std::string>(xs.begin(), xs.end()));
+  for (const auto& id : xs) EXPECT_EQ(c().GetSandbox(id).error().code, Errc::kNotFound) << id;
+  auto left = c().ListSandboxes({{"batch", "y"}});
+  ASSERT_TRUE(left) << left.error().message;
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0]["id"], y_id);
+  auto suite = c().GetSandbox(sandbox_);
+  ASSERT_TRUE(suite) << suite.error().message;
+  EXPECT_EQ((*suite)["state"], "running");
+
+  // Nothing matching: an empty answer, not an error.
+  auto none = ApiRequest(c(), "DELETE", "/v1/sandboxes?label=batch=x");
+  EXPECT_EQ(none.status, 202) << none.body;
+  EXPECT_EQ(none.json["count"], 0) << none.body;
+  auto rest = ApiRequest(c(), "DELETE", "/v1/sandboxes?label=batch=y&wait=60s");
+  EXPECT_EQ(rest.status, 200) << rest.body;
+  EXPECT_EQ(rest.json["count"], 1) << rest.body;
 }
 
 TEST_F(SandboxApiTest, TemplatesResolveByNameAndByDigest) {
