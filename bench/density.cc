@@ -13,6 +13,7 @@
 // With --rates M (create and delete rates, issue 17): after the N idle sandboxes are up,
 // --clients clients (16) create M more and then delete them, each client one request at a
 // time: POST /v1/sandboxes without wait, then the operation waited for; likewise DELETE.
+// (--bulk-delete: the M deletes as one DELETE /v1/sandboxes?label= request instead.)
 // Reports creates/s and deletes/s (M over the wall time from the first request to the last
 // operation's end) and, per create, the time to the 202 ("accepted") and to running.
 // --min-create-rate, --min-delete-rate and --max-create-p99 turn the figures into a verdict.
@@ -144,6 +145,43 @@ Phase RatePhase(const std::string& url, const std::string& key, const client::Cl
   return ph;
 }
 
+// The sandboxes of the rate phase (label bench=rates) deleted by one bulk request; over
+// when every delete operation it started has finished (`clients` waiting at a time).
+Phase BulkDeletePhase(const std::string& url, const std::string& key, const client::ClientOptions& opts,
+                      int clients, const std::function<void(const std::string&)>& error) {
+  Phase ph;
+  std::mutex mu;
+  const auto t0 = Clock::now();
+  client::Client bulk(url, key, opts);
+  auto r = bulk.DeleteSandboxesByLabel({{"bench", "rates"}});
+  if (!r) {
+    error("bulk delete: " + r.error().message);
+    return ph;
+  }
+  const double accepted = Ms(Clock::now() - t0);
+  const Json* errors = JsonField(*r, "errors");
+  if (errors && errors->is_array()) {
+    for (const Json& e : *errors) error("bulk delete: " + e.dump());
+  }
+  const Json* ops = JsonField(*r, "operations");
+  const Json none = Json::array();
+  const Json& list = ops && ops->is_array() ? *ops : none;
+  ForAll(static_cast<int>(list.size()), clients, [&](int i) {
+    thread_local std::unique_ptr<client::Client> cl;
+    if (!cl) cl = std::make_unique<client::Client>(url, key, opts);
+    const std::string op_id = JsonStringOr(list[i], "id", "");
+    auto w = cl->WaitOperation(op_id, 300s);
+    if (!w) return error("wait for " + op_id + ": " + w.error().message);
+    if (JsonStringOr(*w, "state", "") != "succeeded") return error(op_id + ": " + w->dump());
+    std::lock_guard l(mu);
+    ++ph.done;
+    ph.accept_ms.push_back(accepted);
+    ph.finish_ms.push_back(Ms(Clock::now() - t0));
+  });
+  ph.seconds = Ms(Clock::now() - t0) / 1000;
+  return ph;
+}
+
 void PrintPhase(const char* what, int want, int background, int clients, const Phase& ph) {
   auto a = Summarize(ph.accept_ms), f = Summarize(ph.finish_ms);
   std::printf("%s: %d of %d in %.2f s = %.1f/s (%d clients, %d idle beside); answered p50 %.1f "
@@ -161,6 +199,7 @@ int main(int argc, char** argv) {
   double max_rss_growth = 0;
   int rates = 0, clients = 16;
   double min_create_rate = 0, min_delete_rate = 0, max_create_p99 = 0;
+  bool bulk_delete = false;
   app.add_option("--url", url)->required();
   app.add_option("--key", key)->required();
   app.add_option("--data-dir", data_dir, "spaced's data dir (unused; bench/run.sh passes it)");
@@ -173,6 +212,8 @@ int main(int argc, char** argv) {
   app.add_option("--rates", rates, "then create and delete this many more, --clients at a time")
       ->check(CLI::Range(0, 10000));
   app.add_option("--clients", clients, "concurrent clients of --rates")->check(CLI::Range(1, 64));
+  app.add_flag("--bulk-delete", bulk_delete,
+               "delete the --rates sandboxes with one DELETE /v1/sandboxes?label= request");
   app.add_option("--min-create-rate", min_create_rate, "fail below this many creates/s");
   app.add_option("--min-delete-rate", min_delete_rate, "fail below this many deletes/s");
   app.add_option("--max-create-p99", max_create_p99,
@@ -239,8 +280,9 @@ int main(int argc, char** argv) {
     std::vector<std::string> more(rates);
     Phase c = RatePhase(url, key, opts, clients, more, true, error);
     PrintPhase("creates", rates, created, clients, c);
-    Phase d = RatePhase(url, key, opts, clients, more, false, error);
-    PrintPhase("deletes", rates, created, clients, d);
+    Phase d = bulk_delete ? BulkDeletePhase(url, key, opts, clients, error)
+                          : RatePhase(url, key, opts, clients, more, false, error);
+    PrintPhase(bulk_delete ? "deletes (one bulk request)" : "deletes", rates, created, clients, d);
     const double cr = c.seconds > 0 ? c.done / c.seconds : 0, dr = d.seconds > 0 ? d.done / d.seconds : 0;
     const double p99 = Summarize(c.accept_ms).p99;
     if (c.done != rates || d.done != c.done) rates_ok = false;
