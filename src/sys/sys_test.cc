@@ -1,11 +1,16 @@
 #include "sys/sys.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 namespace space::sys {
 namespace {
@@ -34,6 +39,52 @@ TEST(RunTest, Timeout) {
   auto r = sys::Run({.argv = {"/bin/sleep", "5"}}, 100);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::kDeadlineExceeded);
+}
+
+// The child starts with no signal blocked whatever the spawning thread blocks (spaced
+// blocks SIGINT and SIGTERM; Spawn blocks all around the clone), keeps what is ignored
+// (as fork+exec does), and gets stdin from /dev/null, an fd of its own, PATH searched.
+TEST(SpawnTest, ChildStartsWithSignalsUnblockedAndIgnoredOnesKept) {
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGUSR1);
+  sigaddset(&block, SIGTERM);
+  ASSERT_EQ(::pthread_sigmask(SIG_BLOCK, &block, &old), 0);
+  auto prev = ::signal(SIGUSR2, SIG_IGN);
+  // grep itself (no shell, which may set its own mask) reads its own status.
+  auto r = sys::Run({.argv = {"grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"}});
+  auto in = sys::Run({.argv = {"readlink", "/proc/self/fd/0"}});
+  ::signal(SIGUSR2, prev);
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_NE(r->out.find("SigBlk:\t0000000000000000"), std::string::npos) << r->out;
+  // SIGUSR2 is signal 12: bit 11 of the ignored mask.
+  auto ign = r->out.find("SigIgn:\t");
+  ASSERT_NE(ign, std::string::npos) << r->out;
+  const unsigned long long mask = std::stoull(r->out.substr(ign + 8, 16), nullptr, 16);
+  EXPECT_TRUE(mask & (1ULL << (SIGUSR2 - 1))) << r->out;
+  ASSERT_TRUE(in) << in.error().message;
+  EXPECT_EQ(in->out, "/dev/null\n");
+}
+
+// Many spawns at once from several threads, while those threads' memory changes: each
+// child runs its own argv and each parent gets its own exit code.
+TEST(SpawnTest, ConcurrentSpawnsKeepTheirOwnArguments) {
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([t, &ok] {
+      for (int i = 0; i < 25; ++i) {
+        std::string want = std::to_string(t * 100 + i);
+        std::vector<std::string> junk(64, std::string(1000, 'x'));  // the heap moves meanwhile
+        auto r = sys::Run({.argv = {"/bin/sh", "-c", "echo " + want + "; exit " + std::to_string(i % 7)}});
+        if (r && r->out == want + "\n" && r->exit_code == i % 7) ++ok;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok.load(), 100);
 }
 
 TEST(TempDirTest, RemovedOnDestruction) {
