@@ -205,6 +205,7 @@ bool Agent::SignalCommand(Command& c, int sig) {
 bool Agent::TeeOutput(Command& c, Output& o) {
   if (!tee_ok_ || !conn_live_ || !outq_.splicing() || c.pty_master || !o.pipe) return false;
   int avail = 0;
+  if (o.keep_pipes >= kMaxKeepPipes) return false;
   if (::ioctl(o.pipe.get(), FIONREAD, &avail) != 0 || static_cast<size_t>(avail) < kTeeMin)
     return false;
   const uint64_t inflight = o.produced - o.acked;
@@ -235,6 +236,7 @@ bool Agent::TeeOutput(Command& c, Output& o) {
     return false;
   }
   o.chunks.push_back({o.produced, nullptr, std::move(keep), static_cast<uint64_t>(n)});
+  ++o.keep_pipes;
   o.produced += static_cast<uint64_t>(n);
   return true;
 }
@@ -390,7 +392,10 @@ void Agent::OnAck(uint32_t stream, std::string_view payload) {
   // The host's log may be ahead of what this connection sent (it stored bytes from the
   // previous connection but died before acking them).
   o.sent = std::max(o.sent, o.acked);
-  while (!o.chunks.empty() && o.chunks.front().end() <= o.acked) o.chunks.pop_front();
+  while (!o.chunks.empty() && o.chunks.front().end() <= o.acked) {
+    if (!o.chunks.front().block) --o.keep_pipes;
+    o.chunks.pop_front();
+  }
 }
 
 void Agent::OnStdin(uint32_t stream, std::string_view payload) {

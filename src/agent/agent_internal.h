@@ -43,6 +43,9 @@ inline constexpr size_t kMinBlockRead = 64u << 10;
 // Output at least this large waiting in a command's pipe is teed and spliced, not read
 // (agent/out_queue.h); smaller output is read, and coalesced.
 inline constexpr size_t kTeeMin = 64u << 10;
+// ... into at most this many keep pipes per output at once (each is an fd of the agent's;
+// beyond it output is read): 16 pieces of up to 1 MiB cover the 8 MiB window.
+inline constexpr int kMaxKeepPipes = 16;
 inline constexpr int64_t kCoalesceNs = 2'000'000;      // hold small output at most this long
 inline constexpr uint64_t kCoalesceBytes = 256 << 10;  // ... and only while less than this
 inline constexpr int64_t kShutdownGraceNs = 5'000'000'000;
@@ -70,6 +73,7 @@ struct Agent::Output {
   // The pipe as the source of spliced frames, made on the first tee (agent/out_queue.h).
   // While bytes teed from it are still in it (src->head < produced) the pipe is not read.
   PipeSourceRef src;
+  int keep_pipes = 0;  // chunks with a keep pipe
   uint32_t events = 0;  // registered epoll interest; 0 = not registered
   bool eof = false;     // EOF seen, or the pipe was closed after lingering
   uint64_t produced = 0, acked = 0, sent = 0;
