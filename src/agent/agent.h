@@ -91,6 +91,14 @@ class Agent {
   // Commands.
   void OnExecStatus(Command& c);
   void ReadOutput(Command& c, int index);
+  // Tees what waits in the pipe into a new keep-pipe chunk when it is worth it; true if it
+  // did (then the pipe is not read until those bytes are spliced out).
+  bool TeeOutput(Command& c, Output& o);
+  // A copy of `n` bytes at stream offset `from` of the teed chunk whose bytes from stream
+  // offset `offset` on are in keep pipe `keep`.
+  Result<BlockRef> CopyKept(int keep, uint64_t offset, uint64_t from, size_t n);
+  // Closes an output's pipe (EOF, or cut after lingering).
+  void ClosePipe(Output& o);
   void StartLinger(Command& c);
   void CheckLinger(Command& c, int64_t now);
   void CutOutput(Command& c, int index, int64_t now);
@@ -122,6 +130,7 @@ class Agent {
   FrameDecoder decoder_;
   BlockPool blocks_;  // of command output (agent/out_queue.h)
   OutQueue outq_;    // frames not yet written to the connection
+  bool tee_ok_ = true;  // tee(2) works here (gVisor may refuse it)
   std::unique_ptr<char[]> scratch_;  // read buffer of the connection, kScratchSize bytes
 
   std::map<uint32_t, std::unique_ptr<Command>> commands_;  // by stream

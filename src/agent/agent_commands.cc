@@ -202,14 +202,98 @@ bool Agent::SignalCommand(Command& c, int sig) {
   return false;
 }
 
+bool Agent::TeeOutput(Command& c, Output& o) {
+  if (!tee_ok_ || !conn_live_ || !outq_.splicing() || c.pty_master || !o.pipe) return false;
+  int avail = 0;
+  if (o.keep_pipes >= kMaxKeepPipes) return false;
+  if (::ioctl(o.pipe.get(), FIONREAD, &avail) != 0 || static_cast<size_t>(avail) < kTeeMin)
+    return false;
+  const uint64_t inflight = o.produced - o.acked;
+  if (inflight >= opts_.window) return false;
+  const size_t want = static_cast<size_t>(std::min<uint64_t>(
+      {static_cast<uint64_t>(avail), kMaxDataChunk, opts_.window - inflight}));
+  if (!o.src) {
+    auto src = std::make_shared<PipeSource>();
+    src->fd.Reset(::fcntl(o.pipe.get(), F_DUPFD_CLOEXEC, 0));
+    if (!src->fd) return false;
+    src->head = o.produced;
+    o.src = std::move(src);
+  }
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return false;  // fd or pipe limits: read it
+  sys::UniqueFd keep(p[0]), keep_w(p[1]);
+  // Room for every page of the output (a smaller keep pipe just takes a smaller piece).
+  (void)::fcntl(keep_w.get(), F_SETPIPE_SZ, static_cast<int>(want));
+  ssize_t n;
+  do {
+    n = ::tee(o.pipe.get(), keep_w.get(), want, SPLICE_F_NONBLOCK);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) {
+    if (n < 0 && errno != EAGAIN) {
+      AGENT_LOG_WARN("stream %u: tee: %s; output is read from here on", c.stream, strerror(errno));
+      tee_ok_ = false;
+    }
+    return false;
+  }
+  o.chunks.push_back({o.produced, nullptr, std::move(keep), static_cast<uint64_t>(n)});
+  ++o.keep_pipes;
+  o.produced += static_cast<uint64_t>(n);
+  return true;
+}
+
+Result<BlockRef> Agent::CopyKept(int keep, uint64_t offset, uint64_t from, size_t n) {
+  // tee(2) links from the front of the keep pipe only: the bytes up to the wanted ones go
+  // into a scratch pipe as big as the keep pipe, and are read from there.
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return ErrnoFail("pipe2");
+  sys::UniqueFd r(p[0]), w(p[1]);
+  int size = ::fcntl(keep, F_GETPIPE_SZ);
+  if (size > 0) (void)::fcntl(w.get(), F_SETPIPE_SZ, size);
+  const size_t skip = static_cast<size_t>(from - offset);
+  ssize_t t;
+  do {
+    t = ::tee(keep, w.get(), skip + n, SPLICE_F_NONBLOCK);
+  } while (t < 0 && errno == EINTR);
+  if (t < 0) return ErrnoFail("tee kept output");
+  if (static_cast<size_t>(t) < skip + n) return Fail(Errc::kInternal, "kept output is short");
+  BlockRef b = blocks_.Get(MonotonicNanos());
+  for (size_t left = skip; left > 0;) {
+    ssize_t k = ::read(r.get(), scratch_.get(), std::min(left, kScratchSize));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return ErrnoFail("read kept output");
+    left -= static_cast<size_t>(k);
+  }
+  while (b->used < n) {
+    ssize_t k = ::read(r.get(), b->data.get() + b->used, n - b->used);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return ErrnoFail("read kept output");
+    b->used += static_cast<size_t>(k);
+  }
+  return b;
+}
+
+void Agent::ClosePipe(Output& o) {
+  SetInterest(o.pipe.get(), 0, 0, &o.events);
+  o.pipe.Reset();
+  o.eof = true;
+  if (o.src) {
+    o.src->release = true;
+    o.src->MaybeRelease();
+  }
+}
+
 void Agent::ReadOutput(Command& c, int index) {
   Output& o = c.out[index];
+  // Bytes teed from the pipe are still in it, on their way into the socket: nothing more is
+  // taken from it until they have left.
+  if (o.src && o.src->head != o.produced) return;
   const uint64_t produced_before = o.produced;
-  for (int round = 0; !o.eof && round < 64; ++round) {
+  for (int round = 0; !o.eof && round < 64 && !TeeOutput(c, o); ++round) {
     uint64_t inflight = o.produced - o.acked;
     if (inflight >= opts_.window) break;
     // Straight into the block the bytes will be kept (and sent) from: no copy.
-    if (o.chunks.empty() || o.chunks.back().block->room() < kMinBlockRead)
+    if (o.chunks.empty() || !o.chunks.back().block ||
+        o.chunks.back().block->room() < kMinBlockRead)
       o.chunks.push_back({o.produced, blocks_.Get(MonotonicNanos())});
     OutBlock& b = *o.chunks.back().block;
     size_t want = static_cast<size_t>(std::min<uint64_t>(opts_.window - inflight, b.room()));
@@ -217,6 +301,7 @@ void Agent::ReadOutput(Command& c, int index) {
     if (n > 0) {
       b.used += static_cast<size_t>(n);
       o.produced += static_cast<uint64_t>(n);
+      if (o.src) o.src->head = o.produced;  // read bytes have left the pipe too
       if (static_cast<size_t>(n) < want) break;  // drained for now
       continue;
     }
@@ -225,9 +310,7 @@ void Agent::ReadOutput(Command& c, int index) {
     // A pty master reads EIO, not 0, once every slave descriptor is closed: its EOF.
     if (n < 0 && !(errno == EIO && c.pty_master))
       AGENT_LOG_WARN("stream %u: read: %s", c.stream, strerror(errno));
-    o.eof = true;
-    SetInterest(o.pipe.get(), 0, 0, &o.events);
-    o.pipe.Reset();
+    ClosePipe(o);
   }
   if (o.produced != produced_before && o.sent == produced_before && !o.unsent_since_ns) {
     o.unsent_since_ns = MonotonicNanos();
@@ -275,9 +358,7 @@ void Agent::CheckLinger(Command& c, int64_t now) {
 
 void Agent::CutOutput(Command& c, int index, int64_t now) {
   Output& o = c.out[index];
-  SetInterest(o.pipe.get(), 0, 0, &o.events);
-  o.pipe.Reset();
-  o.eof = true;
+  ClosePipe(o);
   AGENT_LOG_WARN(
       "stream %u: %s still open %lld ms after the command exited (a background process "
       "holds it); closed at %llu bytes",
@@ -311,7 +392,10 @@ void Agent::OnAck(uint32_t stream, std::string_view payload) {
   // The host's log may be ahead of what this connection sent (it stored bytes from the
   // previous connection but died before acking them).
   o.sent = std::max(o.sent, o.acked);
-  while (!o.chunks.empty() && o.chunks.front().end() <= o.acked) o.chunks.pop_front();
+  while (!o.chunks.empty() && o.chunks.front().end() <= o.acked) {
+    if (!o.chunks.front().block) --o.keep_pipes;
+    o.chunks.pop_front();
+  }
 }
 
 void Agent::OnStdin(uint32_t stream, std::string_view payload) {
@@ -447,12 +531,35 @@ void Agent::Pump() {
       // up, small output is held briefly so that it leaves in larger frames.
       if (o.sent < o.produced && o.sent > o.acked && !o.eof && o.pipe &&
           o.produced - o.sent < kCoalesceBytes && o.produced - o.acked < opts_.window &&
-          MonotonicNanos() - o.unsent_since_ns < kCoalesceNs) {
+          MonotonicNanos() - o.unsent_since_ns < kCoalesceNs && o.chunks.back().block) {
         continue;  // hold small output briefly: more is likely on its way
       }
       auto chunk = o.chunks.begin();
       while (o.sent < o.produced && OutPending() < kOutHighWater) {
         while (chunk->end() <= o.sent) ++chunk;
+        if (!chunk->block) {
+          // Teed output: spliced from the pipe when it is next at the pipe's front, else
+          // (a retransmission) copied from the keep pipe, up to the bytes still in the pipe.
+          PipeSource* src = o.src.get();
+          const bool in_pipe = src && src->fd && !src->release;
+          const uint64_t front = in_pipe ? src->head + src->claimed : 0;
+          size_t n = static_cast<size_t>(chunk->end() - o.sent);
+          if (in_pipe && o.sent == front) {
+            outq_.PushPipeData(type, stream, o.sent, o.src, n);
+          } else {
+            if (in_pipe && front > o.sent)
+              n = static_cast<size_t>(std::min<uint64_t>(n, front - o.sent));
+            auto copy = CopyKept(chunk->keep.get(), chunk->offset, o.sent, n);
+            if (!copy) {
+              AGENT_LOG_ERROR("stream %u: %s", stream, copy.error().message.c_str());
+              break;
+            }
+            outq_.PushData(type, stream, o.sent, std::move(*copy), 0, n, /*may_splice=*/false);
+          }
+          o.sent += n;
+          o.sent_max = std::max(o.sent_max, o.sent);
+          continue;
+        }
         // A frame per block (OutBlock::kCapacity <= kMaxDataChunk), referring to its bytes;
         // a retransmitted part and a first one are never in one frame (see sent_max).
         size_t begin = static_cast<size_t>(o.sent - chunk->offset);
@@ -490,7 +597,8 @@ void Agent::UpdatePipeInterest() {
     if (c.started) {
       for (int i = 0; i < 2; ++i) {
         Output& o = c.out[i];
-        bool want = o.pipe && !o.eof && o.produced - o.acked < opts_.window && !out_full;
+        bool want = o.pipe && !o.eof && o.produced - o.acked < opts_.window && !out_full &&
+                    !(o.src && o.src->head != o.produced);
         SetInterest(o.pipe.get(), Tag(static_cast<Kind>(kStdoutTag + i), stream),
                     want ? uint32_t{EPOLLIN} : 0u, &o.events);
         if (!o.linger_deadline_ns || !o.pipe) continue;

@@ -40,6 +40,12 @@ inline constexpr size_t kScratchSize = kMaxDataChunk;
 // A pipe read goes into the last block while it has at least this much room, else into a
 // new block: reads stay large, and a trickle of small output shares one block.
 inline constexpr size_t kMinBlockRead = 64u << 10;
+// Output at least this large waiting in a command's pipe is teed and spliced, not read
+// (agent/out_queue.h); smaller output is read, and coalesced.
+inline constexpr size_t kTeeMin = 64u << 10;
+// ... into at most this many keep pipes per output at once (each is an fd of the agent's;
+// beyond it output is read): 16 pieces of up to 1 MiB cover the 8 MiB window.
+inline constexpr int kMaxKeepPipes = 16;
 inline constexpr int64_t kCoalesceNs = 2'000'000;      // hold small output at most this long
 inline constexpr uint64_t kCoalesceBytes = 256 << 10;  // ... and only while less than this
 inline constexpr int64_t kShutdownGraceNs = 5'000'000'000;
@@ -52,14 +58,22 @@ inline int64_t RealtimeNanos() {
 }
 
 struct Agent::Output {
-  // Output bytes [offset, offset + block->used): consecutive chunks, the last one ending at
-  // `produced` (only it grows, while its block has room).
+  // Output bytes [offset, end()): consecutive chunks, the last one ending at `produced`.
+  // A chunk read from the pipe is in a block (only the last one grows, while its block has
+  // room); a teed one is the `len` bytes in its keep pipe (read end; nothing reads it but
+  // retransmissions, through a tee).
   struct Chunk {
     uint64_t offset;
     BlockRef block;
-    uint64_t end() const { return offset + block->used; }
+    sys::UniqueFd keep;
+    uint64_t len = 0;
+    uint64_t end() const { return offset + (block ? block->used : len); }
   };
   sys::UniqueFd pipe;
+  // The pipe as the source of spliced frames, made on the first tee (agent/out_queue.h).
+  // While bytes teed from it are still in it (src->head < produced) the pipe is not read.
+  PipeSourceRef src;
+  int keep_pipes = 0;  // chunks with a keep pipe
   uint32_t events = 0;  // registered epoll interest; 0 = not registered
   bool eof = false;     // EOF seen, or the pipe was closed after lingering
   uint64_t produced = 0, acked = 0, sent = 0;

@@ -178,6 +178,10 @@ class AgentTest : public ::testing::Test {
   }
   void TearDown() override { StopAgent(); }
 
+  // agent_connection_test.cc: output of `shell` (`total` bytes of SeqOutput) survives
+  // connections dropped mid-stream.
+  void DropConnectionsMidStream(const std::string& shell, size_t total);
+
   void StartAgent(std::vector<std::string> extra = {}, std::vector<std::string> prefix = {}) {
     sys::SpawnOptions o;
     o.argv = prefix;

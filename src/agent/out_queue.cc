@@ -61,7 +61,30 @@ void OutQueue::PushData(FrameType type, uint32_t stream, uint64_t offset, BlockR
   items_.push_back(std::move(it));
 }
 
+void OutQueue::PushPipeData(FrameType type, uint32_t stream, uint64_t offset,
+                            PipeSourceRef src, size_t len) {
+  Item it;
+  it.head.reserve(kDataHeaderSize);
+  EncodeDataFrameHeader(type, stream, offset, len, &it.head);
+  src->claimed += len;
+  it.src = std::move(src);
+  it.len = len;
+  pending_ += it.size();
+  items_.push_back(std::move(it));
+}
+
+void OutQueue::Unclaim(Item& it, size_t written) {
+  if (!it.src) return;
+  it.src->claimed -= it.len - written;
+  it.src->MaybeRelease();
+}
+
 void OutQueue::Clear() {
+  if (!items_.empty()) {
+    Item& f = items_.front();
+    Unclaim(f, pos_ > f.head.size() ? pos_ - f.head.size() : 0);
+    for (size_t i = 1; i < items_.size(); ++i) Unclaim(items_[i], 0);
+  }
   items_.clear();
   pos_ = 0;
   pending_ = 0;
@@ -89,6 +112,7 @@ void OutQueue::DropUnstarted() {
   if (pos_ == 0 && in_pipe_ == 0) return Clear();
   while (items_.size() > 1) {
     pending_ -= items_.back().size();
+    Unclaim(items_.back(), 0);
     items_.pop_back();
   }
 }
@@ -141,9 +165,58 @@ int OutQueue::SplicePayload(int fd) {
   return w == 0 ? EPIPE : errno;
 }
 
+int OutQueue::SpliceFromSource(int fd) {
+  Item& f = items_.front();
+  PipeSource& src = *f.src;
+  const size_t left = f.len - (pos_ - f.head.size());
+  if (splice_ok_) {
+    ssize_t w =
+        ::splice(src.fd.get(), nullptr, fd, nullptr, left, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+    if (w > 0) {
+      src.head += static_cast<uint64_t>(w);
+      src.claimed -= static_cast<uint64_t>(w);
+      src.MaybeRelease();
+      Consume(static_cast<size_t>(w));
+      return 0;
+    }
+    if (w < 0 && (errno == EINTR || errno == EAGAIN)) return errno == EAGAIN ? EAGAIN : 0;
+    if (w == 0) return EPIPE;  // the claimed bytes are gone: should not happen
+    if (errno != EINVAL) return errno;
+    splice_ok_ = false;  // the connection takes no spliced pages: from here on, copies
+  }
+  // The rest of the payload is read out of the pipe into a block and written from there:
+  // the item becomes a plain copy of its remaining bytes (its header is already out).
+  auto block = std::make_shared<OutBlock>();
+  size_t got = 0;
+  while (got < left) {
+    ssize_t n = ::read(src.fd.get(), block->data.get() + got, left - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n == 0 ? EPIPE : errno;
+    got += static_cast<size_t>(n);
+  }
+  block->used = got;
+  src.head += got;
+  src.claimed -= got;
+  src.MaybeRelease();
+  f.src.reset();
+  f.head.clear();
+  f.block = std::move(block);
+  f.begin = 0;
+  f.len = got;
+  f.may_splice = false;
+  pos_ = 0;
+  return 0;
+}
+
 int OutQueue::Flush(int fd) {
   constexpr int kMaxIov = 64;
   while (!items_.empty()) {
+    if (items_.front().src && pos_ >= items_.front().head.size()) {
+      int r = SpliceFromSource(fd);
+      if (r == EAGAIN) return 0;
+      if (r > 0) return r;
+      continue;
+    }
     if (in_pipe_ > 0 || (Spliced(items_.front()) && pos_ >= items_.front().head.size())) {
       int r = SplicePayload(fd);
       if (r == EAGAIN) return 0;

@@ -18,6 +18,15 @@
 // this one's frames), so retransmitted payloads, small ones, and every payload where the
 // connection cannot take spliced pages are copied, gathered with writev(2).
 //
+// Output that piles up in a command's pipe (64 KiB or more at once, see agent_internal.h)
+// is not read at all: tee(2) links its pages into a keep pipe, which holds them until the
+// host acknowledges them, and splice(2) then moves the same pages from the command's pipe
+// into the socket. Neither copies a byte; the pages the command wrote are the ones the
+// host reads. The command's pipe is shared as a PipeSource between the Output and the
+// frames queued from it: a frame takes (claims) the bytes at the pipe's front, and until
+// every claimed and teed byte has left the pipe nothing else reads it. Retransmissions of
+// those bytes are copied out of the keep pipe (tee into a scratch pipe, then read).
+//
 // Blocks come from a BlockPool, which keeps released blocks for reuse: a fresh block's
 // pages cost a page fault and zeroing each (as much CPU as copying the bytes once more).
 // The pool gives its blocks back to the system once it has been unused for a second, so an
@@ -46,6 +55,20 @@ struct OutBlock {
   size_t room() const { return kCapacity - used; }
 };
 using BlockRef = std::shared_ptr<OutBlock>;
+
+// A command's output pipe as a source of frames: bytes [head, head + claimed) at its front
+// belong to queued frames (OutQueue splices them into the connection and advances head);
+// the agent tees more only once everything teed has left it.
+struct PipeSource {
+  sys::UniqueFd fd;  // a dup of the pipe's read end: queued frames outlive a cut pipe
+  uint64_t head = 0;     // stream offset of the pipe's first byte
+  uint64_t claimed = 0;  // bytes at the front that queued frames will splice
+  bool release = false;  // the Output is done with the pipe: close fd once nothing is claimed
+  void MaybeRelease() {
+    if (release && claimed == 0) fd.Reset();
+  }
+};
+using PipeSourceRef = std::shared_ptr<PipeSource>;
 
 class BlockPool {
  public:
@@ -78,6 +101,10 @@ class OutQueue {
   // first time; see the file comment).
   void PushData(FrameType type, uint32_t stream, uint64_t offset, BlockRef block, size_t begin,
                 size_t len, bool may_splice);
+  // Appends a STDOUT/STDERR frame of the `len` bytes at the front of `src` (after those
+  // already claimed), which are spliced into the connection; claims them.
+  void PushPipeData(FrameType type, uint32_t stream, uint64_t offset, PipeSourceRef src,
+                    size_t len);
   // Bytes queued and not yet written.
   size_t pending() const { return pending_; }
   // Drops everything (the connection is gone).
@@ -93,6 +120,8 @@ class OutQueue {
   // Whether payloads may be spliced into the connection at all: the agent allows it on
   // sockets only (a microVM's serial port is written with writev).
   void AllowSplice(bool allow) { splice_ok_ = allow; }
+  // Whether payloads are spliced into this connection (allowed, and never refused so far).
+  bool splicing() const { return splice_ok_; }
   // Closes the splice pipe unless it holds bytes (when output has gone quiet): pipe buffers
   // count against a per-user limit that all sandboxes' processes share on the host (their
   // root is one uid there), and past it every new pipe gets two pages.
@@ -101,15 +130,22 @@ class OutQueue {
  private:
   struct Item {
     std::string head;  // a whole control frame, or a data frame's header
-    BlockRef block;    // a data frame's payload: block->data[begin, begin + len)
+    BlockRef block;    // a data frame's payload: block->data[begin, begin + len), or
+    PipeSourceRef src;  // ... the first len bytes of src that the frames before it leave
     size_t begin = 0, len = 0;
     bool may_splice = false;
     size_t size() const { return head.size() + len; }
   };
   void Consume(size_t n);
   bool Spliced(const Item& it) const {
-    return splice_ok_ && it.may_splice && it.len >= kSpliceMin;
+    return it.src || (splice_ok_ && it.may_splice && it.len >= kSpliceMin);
   }
+  // Gives back the claim of an item dropped unwritten (its payload after `written` bytes).
+  static void Unclaim(Item& it, size_t written);
+  // Splices the front item's payload (its header is written) from its PipeSource; 0, EAGAIN
+  // while the socket is full, or another errno for a broken connection. A connection that
+  // takes no spliced pages gets the payload copied instead (read from the pipe).
+  int SpliceFromSource(int fd);
   // Moves the front item's payload (its header is written) through the pipe; 0, EAGAIN
   // while the socket is full, another errno for a broken connection, or -1 when splicing
   // does not work here (then it is not tried again).
