@@ -74,8 +74,16 @@ TAG=$(ip netns list | awk '{print $1}' | grep -- "-$SID\$" | sed 's/^space-\([0-
 IN="ip netns exec space-$TAG-$SID"
 echo "# net bench $(date -u +%FT%TZ) on $(nproc) cores; sandbox $SID"
 
-speed() {  # bytes/s of one download of $BYTES from the producer $PRODUCER
-  "$@" curl -s -o /dev/null -w '%{speed_download}\n' "http://203.0.113.10/$PRODUCER/$BYTES"
+jiffies() {  # "busy total" of all CPUs from /proc/stat (busy: all but idle and iowait)
+  awk '/^cpu /{t=0; for (i=2; i<=NF; i++) t+=$i; print t-$5-$6, t}' /proc/stat
+}
+speed() {  # bytes/s of one download of $BYTES from the producer $PRODUCER, then ",busy":
+           # the share of the machine's CPU time that was busy meanwhile (1.0: both cores)
+  local b0 t0 b1 t1 bps
+  read -r b0 t0 < <(jiffies)
+  bps=$("$@" curl -s -o /dev/null -w '%{speed_download}' "http://203.0.113.10/$PRODUCER/$BYTES")
+  read -r b1 t1 < <(jiffies)
+  echo "$bps,$(( (b1 - b0) * 1000 / (t1 - t0 > 0 ? t1 - t0 : 1) ))"
 }
 # Two producers: Python writing 64 KiB blocks (send(2), a copy per byte), and sendfile(2)
 # from memory (no copy, so the producer leaves more of the 2 cores to the path measured).
@@ -87,11 +95,14 @@ for PRODUCER in bytes file-bytes; do
   python3 - "$PRODUCER" $pairs <<'EOF'
 import statistics, sys
 how = {"bytes": "send(2) from Python", "file-bytes": "sendfile(2)"}[sys.argv[1]]
-pairs = [tuple(map(float, a.split(":"))) for a in sys.argv[2:]]
+runs = [[tuple(map(float, x.split(","))) for x in a.split(":")] for a in sys.argv[2:]]
+pairs = [(h[0], p[0]) for h, p in runs]
 ratios = sorted(p / h for h, p in pairs)
 h = statistics.median(h for h, _ in pairs); p = statistics.median(p for _, p in pairs)
+hb = statistics.median(h[1] for h, _ in runs) / 10; pb = statistics.median(p[1] for _, p in runs) / 10
 print(f"download ({how}) {h/1e6:.0f} MB/s from the host, {p/1e6:.0f} MB/s through the egress proxy "
-      f"(medians of {len(pairs)}): {statistics.median(ratios):.2f}x (pairs {ratios[0]:.2f}-{ratios[-1]:.2f}x)")
+      f"(medians of {len(pairs)}): {statistics.median(ratios):.2f}x (pairs {ratios[0]:.2f}-{ratios[-1]:.2f}x); "
+      f"CPU busy {hb:.0f} % and {pb:.0f} % of {__import__('os').cpu_count()} cores")
 EOF
 done
 
