@@ -257,7 +257,11 @@ TEST(Client, ErrorBodiesMapToErrc) {
   for (const Case& k : cases) {
     FakeHttpServer server(
         [&](const FakeRequest&, FakeConn& conn) { conn.Write(ResponseText(k.status, k.body)); });
-    Client c(server.url(), "k");
+    // The 429 is mapped, not retried (RetriesA429AfterItsRetryAfter covers the retry): with
+    // the default the case waited 30 s twice.
+    ClientOptions no_retry;
+    no_retry.retry_busy_for = std::chrono::milliseconds{0};
+    Client c(server.url(), "k", no_retry);
     auto r = c.GetSandbox("sb-x");
     ASSERT_FALSE(r) << k.body;
     EXPECT_EQ(r.error().code, k.code) << k.body;
