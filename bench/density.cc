@@ -105,6 +105,33 @@ struct Phase {
   std::vector<double> accept_ms, finish_ms;
 };
 
+// Waits for the operation unless `state` says it is over already; true if it succeeded
+// (else reported through `error`).
+bool Succeeded(client::Client& cl, const std::string& op_id, std::string state,
+               const std::function<void(const std::string&)>& error) {
+  if (state != "succeeded") {
+    auto w = cl.WaitOperation(op_id, 300s);
+    if (!w) {
+      error("wait for " + op_id + ": " + w.error().message);
+      return false;
+    }
+    state = JsonStringOr(*w, "state", "");
+    if (state != "succeeded") {
+      error(op_id + " " + state + ": " + JsonStringOr(*w, "error_message", ""));
+      return false;
+    }
+  }
+  return true;
+}
+
+// One request of a phase done: answered after `accepted` ms, over after `finished` ms.
+void RecordDone(Phase& ph, std::mutex& mu, double accepted, double finished) {
+  std::lock_guard l(mu);
+  ++ph.done;
+  ph.accept_ms.push_back(accepted);
+  ph.finish_ms.push_back(finished);
+}
+
 // M creates (or deletes of `ids`) by `clients` clients, one request at a time each.
 Phase RatePhase(const std::string& url, const std::string& key, const client::ClientOptions& opts,
                 int clients, std::vector<std::string>& ids, bool create,
@@ -129,17 +156,7 @@ Phase RatePhase(const std::string& url, const std::string& key, const client::Cl
       std::lock_guard l(mu);
       ids[i] = sb ? JsonStringOr(*sb, "id", "") : "";
     }
-    if (state != "succeeded") {
-      auto w = cl->WaitOperation(op_id, 300s);
-      if (!w) return error("wait for " + op_id + ": " + w.error().message);
-      state = JsonStringOr(*w, "state", "");
-      if (state != "succeeded")
-        return error(op_id + " " + state + ": " + JsonStringOr(*w, "error_message", ""));
-    }
-    std::lock_guard l(mu);
-    ++ph.done;
-    ph.accept_ms.push_back(accepted);
-    ph.finish_ms.push_back(Ms(Clock::now() - s));
+    if (Succeeded(*cl, op_id, state, error)) RecordDone(ph, mu, accepted, Ms(Clock::now() - s));
   });
   ph.seconds = Ms(Clock::now() - t0) / 1000;
   return ph;
@@ -169,14 +186,8 @@ Phase BulkDeletePhase(const std::string& url, const std::string& key, const clie
   ForAll(static_cast<int>(list.size()), clients, [&](int i) {
     thread_local std::unique_ptr<client::Client> cl;
     if (!cl) cl = std::make_unique<client::Client>(url, key, opts);
-    const std::string op_id = JsonStringOr(list[i], "id", "");
-    auto w = cl->WaitOperation(op_id, 300s);
-    if (!w) return error("wait for " + op_id + ": " + w.error().message);
-    if (JsonStringOr(*w, "state", "") != "succeeded") return error(op_id + ": " + w->dump());
-    std::lock_guard l(mu);
-    ++ph.done;
-    ph.accept_ms.push_back(accepted);
-    ph.finish_ms.push_back(Ms(Clock::now() - t0));
+    if (Succeeded(*cl, JsonStringOr(list[i], "id", ""), JsonStringOr(list[i], "state", ""), error))
+      RecordDone(ph, mu, accepted, Ms(Clock::now() - t0));
   });
   ph.seconds = Ms(Clock::now() - t0) / 1000;
   return ph;
