@@ -66,6 +66,17 @@ void BringUpLoopback() {
   ::close(s);
 }
 
+// POSIX shared memory lives in /dev/shm. oci sandboxes get it as a directory of their
+// /dev tmpfs rather than a tmpfs of its own (one superblock fewer per sandbox); as init,
+// the agent makes it. Where it exists (a microVM's mount, gVisor's) it is left as it is.
+void EnsureDevShm() {
+  if (::mkdir("/dev/shm", 01777) == 0) {
+    if (::chmod("/dev/shm", 01777) != 0) AGENT_LOG_WARN("chmod /dev/shm: %s", strerror(errno));
+  } else if (errno != EEXIST) {
+    AGENT_LOG_WARN("mkdir /dev/shm: %s", strerror(errno));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,6 +129,7 @@ int main(int argc, char** argv) {
   opts.is_init = ::getpid() == 1;
   if (opts.is_init) {
     BringUpLoopback();
+    EnsureDevShm();
   } else if (::prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) {
     // Orphans of commands then go to the real init; ours are still reaped.
     AGENT_LOG_WARN("PR_SET_CHILD_SUBREAPER: %s", strerror(errno));

@@ -72,6 +72,11 @@ TEST(LifecycleTest, SuspendKeepsFilesAndWakeRuns) {
   std::string id = CreateSandbox(c);
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(c.WriteFile(id, "/root/work.txt", "precious"));
+  // /dev/shm is a directory of /dev's tmpfs that the agent makes at every start.
+  const std::vector<std::string> shm = {"sh", "-c", "stat -c %a /dev/shm && echo hi >/dev/shm/x && cat /dev/shm/x"};
+  auto shm_before = c.Run(id, shm);
+  ASSERT_TRUE(shm_before);
+  EXPECT_EQ(shm_before->out, "1777\nhi\n");
   auto sleeper = c.StartCommand(id, {{"argv", {"sleep", "1000"}}});
   ASSERT_TRUE(sleeper);
   std::string cid = (*sleeper)["id"];
@@ -109,6 +114,9 @@ TEST(LifecycleTest, SuspendKeepsFilesAndWakeRuns) {
   auto r = c2.Run(id, std::vector<std::string>{"cat", "/root/work.txt"});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->out, "precious");
+  auto shm_after = c2.Run(id, shm);
+  ASSERT_TRUE(shm_after);
+  EXPECT_EQ(shm_after->out, "1777\nhi\n");
   auto wake_again = Act(c2, id, "wake");
   ASSERT_FALSE(wake_again);
   EXPECT_EQ(wake_again.error().code, Errc::kConflict);

@@ -212,6 +212,14 @@ Json SeccompProfile() {
   return profile;
 }
 
+const std::vector<std::string>& MaskedPaths() {
+  static const std::vector<std::string> kPaths = {
+      "/proc/acpi",       "/proc/asound",    "/proc/kcore",        "/proc/keys",
+      "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+      "/sys/firmware",    "/proc/scsi",      "/sys/devices/virtual/powercap"};
+  return kPaths;
+}
+
 Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
   std::vector<std::string> env = spec.env;
   bool has_path = false;
@@ -247,17 +255,22 @@ Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
   const std::string tmpfs_size = "size=" + std::to_string(tmpfs_kib) + "k";
   Json mounts = Json::array({
       Mount("/proc", "proc", "proc", {"nosuid", "noexec", "nodev"}),
-      Mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", tmpfs_size}),
+      // /dev/shm is a directory of this tmpfs (the agent makes it, mode 1777), not a tmpfs
+      // of its own: one superblock fewer per sandbox (see BundleParams::empty_dir).
+      Mount("/dev", "tmpfs", "tmpfs", {"nosuid", "noexec", "strictatime", "mode=755", tmpfs_size}),
       Mount("/dev/pts", "devpts", "devpts",
             {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}),
-      Mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", tmpfs_size}),
       Mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}),
       Mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
       Mount("/sys/fs/cgroup", "cgroup", "cgroup", {"nosuid", "noexec", "nodev", "relatime", "ro"}),
-      // A private tmpfs holds the agent's mount points, so nothing is written into the
-      // sandbox's root beyond the empty /.space directory the tmpfs is mounted on.
-      Mount(kAgentDir, "tmpfs", "tmpfs", {"nosuid", "nodev", "mode=755", "size=1024k"}),
   });
+  // The agent's mount points live on the sandbox's run tmpfs (bound here and again at
+  // kAgentRunDir), so nothing is written into the sandbox's root beyond the empty /.space
+  // directory it is mounted on, and no tmpfs of its own is needed.
+  mounts.push_back({{"destination", kAgentDir},
+                    {"type", "bind"},
+                    {"source", p.run_dir},
+                    {"options", {"bind", "rw", "nosuid", "nodev", "noexec"}}});
   Json agent_bind{{"destination", kAgentPath},
                   {"type", "bind"},
                   {"source", p.agent_binary},
@@ -312,6 +325,19 @@ Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
     resources["cpu"] = {{"quota", quota}, {"period", kPeriod}};
   }
 
+  Json masked = Json::array();
+  for (const auto& m : MaskedPaths()) {
+    bool dir = std::find(p.masked_dirs.begin(), p.masked_dirs.end(), m) != p.masked_dirs.end();
+    if (dir && !p.empty_dir.empty()) {
+      mounts.push_back({{"destination", m},
+                        {"type", "bind"},
+                        {"source", p.empty_dir},
+                        {"options", {"bind", "ro", "nosuid", "nodev", "noexec"}}});
+    } else {
+      masked.push_back(m);
+    }
+  }
+
   Json namespaces = Json::array({{{"type", "pid"}},
                                  {{"type", "ipc"}},
                                  {{"type", "uts"}},
@@ -327,10 +353,7 @@ Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
       // Host mount events must not reach into the sandbox.
       {"rootfsPropagation", "rprivate"},
       {"seccomp", SeccompProfile()},
-      {"maskedPaths",
-       {"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-        "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
-        "/sys/devices/virtual/powercap"}},
+      {"maskedPaths", masked},
       {"readonlyPaths", {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}},
   };
   if (p.user_namespace) {

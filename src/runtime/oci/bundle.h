@@ -24,7 +24,7 @@ inline constexpr const char* kDefaultPath =
 struct BundleParams {
   std::string root_path;     // absolute host path of the container's root (root.path)
   std::string agent_binary;  // host path, bound read-only at kAgentPath
-  std::string run_dir;       // host path, bound read-write at kAgentRunDir
+  std::string run_dir;       // host path, bound read-write at kAgentRunDir and at kAgentDir
   std::string cgroups_path;  // "/<parent>/<id>"
   bool user_namespace = true;
   uint32_t uid_shift = 1000000, uid_count = 65536;
@@ -41,7 +41,18 @@ struct BundleParams {
     bool read_only = false;
   };
   std::vector<VolumeBind> volume_binds;
+  // Masked paths that are directories on this kernel (MaskedPaths()) become read-only binds
+  // of `empty_dir`, an empty directory on the host, rather than a tmpfs each: every
+  // superblock costs each memory cgroup a shrinker slot and a list_lru, so per-sandbox
+  // superblocks make creates and deletes slower as sandboxes add up. Empty `empty_dir`:
+  // crun masks every path itself.
+  std::string empty_dir;
+  std::vector<std::string> masked_dirs;
 };
+
+// Paths inside the sandbox that read as empty: files become /dev/null, directories an
+// empty read-only directory.
+const std::vector<std::string>& MaskedPaths();
 
 // Docker's default capability set without CAP_NET_RAW (no raw or packet sockets: a
 // sandbox has nothing to sniff or forge), "CAP_"-prefixed.

@@ -212,8 +212,10 @@ TEST(BundleTest, Limits) {
   EXPECT_FALSE(u["linux"]["resources"].contains("cpu"));
   EXPECT_FALSE(u["process"].contains("rlimits"));
 
+  // /dev/shm is a directory of /dev's tmpfs (the agent makes it).
   auto shm_opts = [](const Json& c) {
-    return (*FindMount(c, "/dev/shm"))["options"].get<std::vector<std::string>>();
+    EXPECT_EQ(FindMount(c, "/dev/shm"), nullptr);
+    return (*FindMount(c, "/dev"))["options"].get<std::vector<std::string>>();
   };
   auto has = [](const std::vector<std::string>& v, const char* s) {
     return std::find(v.begin(), v.end(), s) != v.end();
@@ -224,17 +226,22 @@ TEST(BundleTest, Limits) {
   small.limits.memory_bytes = 64ll << 20;
   EXPECT_TRUE(has(shm_opts(BuildOciConfig(small, Params())), "size=16384k"));
   EXPECT_TRUE(has(shm_opts(u), "size=65536k"));
+  EXPECT_TRUE(has(shm_opts(u), "noexec"));
 
   BundleParams no_swap = Params();
   no_swap.memory_swap = false;
   EXPECT_FALSE(BuildOciConfig(Spec(), no_swap)["linux"]["resources"]["memory"].contains("swap"));
 }
 
-TEST(BundleTest, AgentMountsLiveOnATmpfs) {
+TEST(BundleTest, AgentMountsLiveOnTheRunTmpfs) {
   Json cfg = BuildOciConfig(Spec(), Params());
   const Json* space = FindMount(cfg, "/.space");
   ASSERT_NE(space, nullptr);
-  EXPECT_EQ((*space)["type"], "tmpfs");
+  EXPECT_EQ((*space)["type"], "bind");
+  EXPECT_EQ((*space)["source"], "/state/run/sb-1");
+  auto space_opts = (*space)["options"].get<std::vector<std::string>>();
+  for (const char* o : {"nosuid", "nodev", "noexec"})
+    EXPECT_NE(std::find(space_opts.begin(), space_opts.end(), o), space_opts.end()) << o;
   const Json* agent = FindMount(cfg, "/.space/bin/space-agent");
   ASSERT_NE(agent, nullptr);
   EXPECT_EQ((*agent)["source"], "/usr/lib/space/space-agent");
@@ -243,7 +250,7 @@ TEST(BundleTest, AgentMountsLiveOnATmpfs) {
   const Json* run = FindMount(cfg, "/.space/run");
   ASSERT_NE(run, nullptr);
   EXPECT_EQ((*run)["source"], "/state/run/sb-1");
-  // Order matters: the tmpfs must be mounted before the binds inside it.
+  // Order matters: /.space must be mounted before the binds inside it.
   size_t i_space = 0, i_agent = 0, i = 0;
   for (const auto& m : cfg["mounts"]) {
     if (m["destination"] == "/.space") i_space = i;
@@ -252,9 +259,49 @@ TEST(BundleTest, AgentMountsLiveOnATmpfs) {
   }
   EXPECT_LT(i_space, i_agent);
   for (const char* d :
-       {"/proc", "/dev", "/dev/pts", "/dev/shm", "/dev/mqueue", "/sys", "/sys/fs/cgroup"})
+       {"/proc", "/dev", "/dev/pts", "/dev/mqueue", "/sys", "/sys/fs/cgroup"})
     EXPECT_NE(FindMount(cfg, d), nullptr) << d;
   EXPECT_EQ(FindMount(cfg, "/tmp"), nullptr);  // /tmp stays on the rootfs
+}
+
+// Every tmpfs a sandbox mounts is a superblock, and each costs every memory cgroup a
+// shrinker slot and a list_lru walked when any cgroup goes away: a sandbox mounts only the
+// ones it needs. Masked directories are binds of one empty host directory.
+TEST(BundleTest, FewSuperblocksPerSandbox) {
+  BundleParams p = Params();
+  p.empty_dir = "/state/empty";
+  p.masked_dirs = {"/proc/acpi", "/sys/firmware"};
+  Json cfg = BuildOciConfig(Spec(), p);
+  int tmpfs = 0;
+  for (const auto& m : cfg["mounts"]) tmpfs += m["type"] == "tmpfs";
+  EXPECT_EQ(tmpfs, 1);  // /dev
+  auto masked = cfg["linux"]["maskedPaths"].get<std::vector<std::string>>();
+  for (const char* d : {"/proc/acpi", "/sys/firmware"}) {
+    EXPECT_EQ(std::count(masked.begin(), masked.end(), d), 0) << d;
+    const Json* m = FindMount(cfg, d);
+    ASSERT_NE(m, nullptr) << d;
+    EXPECT_EQ((*m)["source"], "/state/empty");
+    auto o = (*m)["options"].get<std::vector<std::string>>();
+    EXPECT_NE(std::find(o.begin(), o.end(), "ro"), o.end()) << d;
+  }
+  // Masked files, and directories this kernel lacks, stay with crun.
+  for (const char* f : {"/proc/kcore", "/proc/keys", "/proc/scsi"})
+    EXPECT_EQ(std::count(masked.begin(), masked.end(), f), 1) << f;
+  // After /proc and /sys, which they cover.
+  size_t i = 0, i_proc = 0, i_sys = 0, i_acpi = 0, i_fw = 0;
+  for (const auto& m : cfg["mounts"]) {
+    if (m["destination"] == "/proc") i_proc = i;
+    if (m["destination"] == "/sys") i_sys = i;
+    if (m["destination"] == "/proc/acpi") i_acpi = i;
+    if (m["destination"] == "/sys/firmware") i_fw = i;
+    ++i;
+  }
+  EXPECT_LT(i_proc, i_acpi);
+  EXPECT_LT(i_sys, i_fw);
+  // Without an empty directory crun masks them all.
+  Json plain = BuildOciConfig(Spec(), Params());
+  EXPECT_EQ(FindMount(plain, "/proc/acpi"), nullptr);
+  EXPECT_EQ(plain["linux"]["maskedPaths"].size(), MaskedPaths().size());
 }
 
 }  // namespace

@@ -128,6 +128,9 @@ class OciRuntime final : public Runtime {
   // (crun would otherwise compile it on every start); empty = let the runtime compile.
   Json seccomp_profile_;
   std::string seccomp_bpf_b64_;
+  // BundleParams::empty_dir and masked_dirs, fixed at Open.
+  std::string empty_dir_;
+  std::vector<std::string> masked_dirs_;
 
   // The first cgroup migration after an idle spell waits for an RCU grace period (the
   // kernel's global cgroup_threadgroup_rwsem): 5-20 ms of crun joining the container's

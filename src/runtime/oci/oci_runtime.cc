@@ -252,6 +252,31 @@ Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
     SPACE_TRY(CheckOtherSearchable(rt->bundles_dir_, "state_dir"));
     SPACE_TRY(CheckOtherSearchable(rt->run_dir_, "state_dir"));
   }
+  // The source of the masked directories' binds: empty, read-only to everyone, owned by
+  // the host's root (nobody inside a sandbox). Which masked paths are directories is the
+  // kernel's to say (procfs and sysfs look the same from every sandbox), so it is read once.
+  // crun only: runc refuses mounts inside /proc other than a few files of its own choosing.
+  if (kind == "crun") {
+    const std::string empty = sd + "/empty";
+    auto is_empty_dir = [&] {
+      struct stat est;
+      if (::lstat(empty.c_str(), &est) != 0 || !S_ISDIR(est.st_mode)) return false;
+      DIR* d = ::opendir(empty.c_str());
+      if (!d) return false;
+      int n = 0;
+      while (dirent* e = ::readdir(d)) n += std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..");
+      ::closedir(d);
+      return n == 0;
+    };
+    if (sys::Exists(empty) && !is_empty_dir()) SPACE_TRY_WRAP(sys::RemoveAll(empty), "oci");
+    if ((::mkdir(empty.c_str(), 0555) != 0 && errno != EEXIST) || ::chmod(empty.c_str(), 0555) != 0)
+      return ErrnoFail("oci: mkdir " + empty);
+    rt->empty_dir_ = empty;
+    for (const auto& m : oci::MaskedPaths()) {
+      struct stat mst;
+      if (::lstat(m.c_str(), &mst) == 0 && S_ISDIR(mst.st_mode)) rt->masked_dirs_.push_back(m);
+    }
+  }
 
   // memory.swap needs swap accounting: v1 memory.memsw.*, v2 memory.swap.max.
   if (*layout == CgroupLayout::kV2) {

@@ -161,6 +161,8 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
   bp.root_path = root;
   bp.agent_binary = opts_.agent_binary;
   bp.run_dir = run;
+  bp.empty_dir = empty_dir_;
+  bp.masked_dirs = masked_dirs_;
   bp.cgroups_path = CgroupRel(id);
   bp.user_namespace = opts_.user_namespace;
   bp.uid_shift = opts_.uid_shift;

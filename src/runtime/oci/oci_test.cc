@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -349,6 +350,33 @@ TEST_F(OciTest, AgentRunsAsIsolatedPid1) {
   // The rootfs itself got nothing but the /.space mount point.
   EXPECT_TRUE(sys::Exists(rootfs_ + "/.space"));
   EXPECT_FALSE(sys::Exists(rootfs_ + "/.space/bin"));
+
+  // Superblocks of its own cost every memory cgroup on the host a shrinker slot and a
+  // list_lru: the sandbox mounts no tmpfs but /dev (and crun's /sys/fs/cgroup on hybrid
+  // hosts); /.space is the run tmpfs and masked directories bind one empty directory.
+  auto mi = Ask(rt_->AgentSocketPath("iso"),
+                "sh cat /proc/self/mountinfo; echo acpi:; ls -A /proc/acpi; echo end");
+  ASSERT_TRUE(mi);
+  std::map<std::string, std::string> tmpfs;  // mount point -> device (the superblock)
+  std::set<std::string> devs;
+  std::istringstream lines(*mi);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, mount_point;
+    fields >> id >> parent >> dev >> root >> mount_point;
+    auto dash = line.find(" - ");
+    if (dash == std::string::npos || line.compare(dash + 3, 6, "tmpfs ") != 0) continue;
+    tmpfs[mount_point] = dev;
+    devs.insert(dev);
+  }
+  // /dev, the run tmpfs (at /.space and /.space/run), crun's /sys/fs/cgroup on hybrid hosts.
+  EXPECT_EQ(devs.size(), layout_ == CgroupLayout::kHybrid ? 3u : 2u) << *mi;
+  EXPECT_EQ(tmpfs["/.space"], tmpfs["/.space/run"]) << *mi;
+  EXPECT_EQ(tmpfs.count("/dev/shm"), 0u) << *mi;
+  if (sys::Exists("/proc/acpi")) {
+    EXPECT_NE(mi->find(" /proc/acpi ro,"), std::string::npos) << *mi;
+    EXPECT_NE(mi->find("\nacpi:\nend\n"), std::string::npos) << *mi;  // empty
+  }
 
   auto state = rt_->Inspect("iso");
   ASSERT_TRUE(state);
@@ -834,7 +862,8 @@ TEST_F(OciTest, RuncAlternative) {
   ASSERT_TRUE(rt) << rt.error().message;
   Runtime* r = rt->get();
   others_.push_back(std::move(*rt));
-  ASSERT_TRUE(StartOn(r, Spec("rc")));
+  auto started = StartOn(r, Spec("rc"));
+  ASSERT_TRUE(started) << started.error().message;
   auto facts = Ask(r->AgentSocketPath("rc"), "facts");
   ASSERT_TRUE(facts) << facts.error().message;
   EXPECT_EQ(*facts, "pid=1 uid=0 gid=0 hostname=box-rc ifaces=lo\n");
