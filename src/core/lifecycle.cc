@@ -315,6 +315,7 @@ void Platform::Impl::TrimAfterDeletes(int64_t now_ms) {
   if (now_ms - deleted < 1000 && now_ms - last_trim_ms < 10000) return;
   last_delete_ms.compare_exchange_strong(deleted, 0);  // a newer delete waits for the next round
   last_trim_ms = now_ms;
+  store->ReleaseMemory();
   ::malloc_trim(0);
 }
 

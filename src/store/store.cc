@@ -221,6 +221,11 @@ Store::~Store() {
   sqlite3_close_v2(db_);
 }
 
+void Store::ReleaseMemory() {
+  std::lock_guard lock(mu_);
+  sqlite3_db_release_memory(db_);
+}
+
 // ---- sandboxes ----
 
 Status Store::PutSandbox(const SandboxRecord& r) {

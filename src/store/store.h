@@ -111,6 +111,11 @@ class Store {
   [[nodiscard]] static Result<std::unique_ptr<Store>> Open(const std::string& path);
   ~Store();
 
+  // Hands SQLite's unused page cache back to the allocator (sqlite3_db_release_memory),
+  // e.g. after many deletes: those pages sit between other objects on the heap and keep
+  // it from shrinking. The cache refills as the database is read again.
+  void ReleaseMemory();
+
   // Insert or update (an upsert: an update never touches the sandbox's commands).
   // next_stream never moves backwards: a stale record cannot re-issue a stream id.
   [[nodiscard]] Status PutSandbox(const SandboxRecord& r);
