@@ -110,7 +110,8 @@ TEST(LeakTest, TwoHundredSandboxesLeaveNothingBehind) {
     // heap pages after the sandboxes are gone); the variable is what that start saw.
     auto env = sys::ReadFile(proc + "/environ");
     ASSERT_TRUE(env);
-    EXPECT_NE(env->find(std::string("GLIBC_TUNABLES=glibc.malloc.tcache_count=0") + '\0'), std::string::npos);
+    const std::string want = std::string("GLIBC_TUNABLES=glibc.malloc.tcache_count=0") + '\0';
+    EXPECT_NE(env->find(want), std::string::npos);
   }
   size_t mounts0 = MountCount(d.data_dir());
 

@@ -73,7 +73,8 @@ TEST(LifecycleTest, SuspendKeepsFilesAndWakeRuns) {
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(c.WriteFile(id, "/root/work.txt", "precious"));
   // /dev/shm is a directory of /dev's tmpfs that the agent makes at every start.
-  const std::vector<std::string> shm = {"sh", "-c", "stat -c %a /dev/shm && echo hi >/dev/shm/x && cat /dev/shm/x"};
+  const std::vector<std::string> shm = {
+      "sh", "-c", "stat -c %a /dev/shm && echo hi >/dev/shm/x && cat /dev/shm/x"};
   auto shm_before = c.Run(id, shm);
   ASSERT_TRUE(shm_before);
   EXPECT_EQ(shm_before->out, "1777\nhi\n");

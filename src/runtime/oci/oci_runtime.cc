@@ -258,17 +258,10 @@ Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
   // crun only: runc refuses mounts inside /proc other than a few files of its own choosing.
   if (kind == "crun") {
     const std::string empty = sd + "/empty";
-    auto is_empty_dir = [&] {
-      struct stat est;
-      if (::lstat(empty.c_str(), &est) != 0 || !S_ISDIR(est.st_mode)) return false;
-      DIR* d = ::opendir(empty.c_str());
-      if (!d) return false;
-      int n = 0;
-      while (dirent* e = ::readdir(d)) n += std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..");
-      ::closedir(d);
-      return n == 0;
-    };
-    if (sys::Exists(empty) && !is_empty_dir()) SPACE_TRY_WRAP(sys::RemoveAll(empty), "oci");
+    struct stat est;
+    if (::lstat(empty.c_str(), &est) == 0 &&
+        (!S_ISDIR(est.st_mode) || sys::CountDirEntries(empty) != 0))
+      SPACE_TRY_WRAP(sys::RemoveAll(empty), "oci");
     if ((::mkdir(empty.c_str(), 0555) != 0 && errno != EEXIST) || ::chmod(empty.c_str(), 0555) != 0)
       return ErrnoFail("oci: mkdir " + empty);
     rt->empty_dir_ = empty;

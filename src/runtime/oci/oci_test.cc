@@ -371,6 +371,7 @@ TEST_F(OciTest, AgentRunsAsIsolatedPid1) {
   }
   // /dev, the run tmpfs (at /.space and /.space/run), crun's /sys/fs/cgroup on hybrid hosts.
   EXPECT_EQ(devs.size(), layout_ == CgroupLayout::kHybrid ? 3u : 2u) << *mi;
+  EXPECT_FALSE(tmpfs["/.space"].empty()) << *mi;
   EXPECT_EQ(tmpfs["/.space"], tmpfs["/.space/run"]) << *mi;
   EXPECT_EQ(tmpfs.count("/dev/shm"), 0u) << *mi;
   if (sys::Exists("/proc/acpi")) {
