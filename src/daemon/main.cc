@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cstdio>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 
@@ -135,6 +136,14 @@ static void NoMallocThreadCaches(char** argv) {
   if (std::getenv("GLIBC_TUNABLES")) return;
   ::setenv("GLIBC_TUNABLES", kTunables, 1);
   ::setenv(kMarker, "1", 1);
+  // By its own path, not /proc/self/exe: the process name (comm) comes from the path's last
+  // part, and `pgrep spaced`, top and the like should keep finding "spaced", not "exe".
+  char self[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    if (::access(self, X_OK) == 0) ::execv(self, argv);
+  }
   ::execv("/proc/self/exe", argv);
   // Not fatal: run with glibc's defaults.
   ::unsetenv("GLIBC_TUNABLES");

@@ -112,6 +112,8 @@ TEST(LeakTest, TwoHundredSandboxesLeaveNothingBehind) {
     ASSERT_TRUE(env);
     const std::string want = std::string("GLIBC_TUNABLES=glibc.malloc.tcache_count=0") + '\0';
     EXPECT_NE(env->find(want), std::string::npos);
+    // ... and under its own name, so pgrep and top still find it.
+    EXPECT_EQ(sys::ReadFile(proc + "/comm").value_or(""), "spaced\n");
   }
   size_t mounts0 = MountCount(d.data_dir());
 
