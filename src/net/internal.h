@@ -76,7 +76,8 @@ class Shared {
   // Whether a sandbox may ever reach `ip`: false for the always-denied ranges (less
   // --egress-allow-private), the sandbox subnet and the host's own addresses.
   bool Reachable(uint32_t ip) const;
-  void RefreshHostAddrs();
+  // Reads the host's IPv4 addresses again (kept for Reachable) and returns them.
+  std::vector<uint32_t> RefreshHostAddrs();
 
   // A small cache of A answers the forwarder relayed, so the proxy dials what the sandbox
   // was told (and saves a round trip).
@@ -98,6 +99,29 @@ class Shared {
   mutable std::mutex cache_mu_;
   std::map<std::string, CacheEntry> cache_;
 };
+
+// The nftables table (ruleset.cc): `nft -f` scripts, each applied as one transaction.
+struct TableSpec {
+  std::string name;                  // space_<tag>
+  std::string ifs;                   // the host veths' glob, s<tag>-*
+  Cidr subnet;
+  std::vector<Cidr> allow_private;
+  std::vector<uint32_t> host_addrs;  // the host's own addresses outside the subnet
+  int http_port = 0, tls_port = 0, other_port = 0, dns_port = 0;
+};
+struct SandboxRules {
+  int slot = 0;
+  std::string host_if;
+  uint32_t ip = 0;
+  Policy policy;
+};
+// The whole table (replacing what is there); with no sandboxes, the table's removal.
+std::string FullTableScript(const TableSpec& t, const std::vector<SandboxRules>& sandboxes);
+// One sandbox's chain and elements added, rewritten or removed in the table as
+// FullTableScript made it; the script's size does not depend on the other sandboxes.
+std::string AddSandboxScript(const TableSpec& t, const SandboxRules& sb);
+std::string UpdateSandboxScript(const TableSpec& t, const SandboxRules& sb);
+std::string RemoveSandboxScript(const TableSpec& t, const SandboxRules& sb);
 
 // The egress proxy: transparent listeners for :80 (Host), :443 (SNI) and every other TCP
 // port (addresses only; also the explicit HTTP proxy on the gateway's port 3128).

@@ -9,7 +9,8 @@
 // policy live in its record (core), and Reconcile() rebuilds the rest after a restart.
 // The data plane starts on first use, so a daemon whose sandboxes have no network makes
 // no table and opens no port. Thread-safe; Attach/Update/Detach block for a few ms (they
-// run `ip` and `nft`).
+// run `ip` and `nft`); attaches and detaches of different sandboxes overlap but for their
+// nft transaction.
 #pragma once
 
 #include <map>

@@ -38,16 +38,39 @@ Status RunIp(const std::vector<std::string>& args) {
   return Ok();
 }
 
-Status RunIpBatch(const std::string& dir, const std::vector<std::string>& ns_opt,
-                  const std::string& batch) {
+// A script for `ip` or `nft`, read once right after: not synced, nothing in it has to
+// survive a crash.
+Status WriteScratch(const std::string& path, const std::string& text) {
+  auto fd = sys::Open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (!fd) return tl::unexpected(fd.error());
+  return sys::WriteAll(fd->get(), text);
+}
+
+// Runs `ip -batch` (opts first, e.g. -force); with `netns_path`, inside that network
+// namespace: the child joins it before exec, which costs less than `ip -n`'s private mount
+// namespace (a copy of the host's mount table, and /sys mounted again, per call).
+Status RunIpBatch(const std::string& dir, const std::vector<std::string>& opts, const std::string& batch,
+                  const std::string& netns_path = "") {
   auto tmp = dir + "/.ip-batch-" + std::to_string(::gettid());
-  SPACE_TRY(sys::WriteFileAtomic(tmp, batch, 0600));
-  std::vector<std::string> args = ns_opt;
-  args.push_back("-batch");
-  args.push_back(tmp);
-  auto st = RunIp(args);
+  SPACE_TRY(WriteScratch(tmp, batch));
+  sys::UniqueFd netns;
+  if (!netns_path.empty()) {
+    auto fd = sys::Open(netns_path, O_RDONLY);
+    if (!fd) {
+      ::unlink(tmp.c_str());
+      return tl::unexpected(fd.error());
+    }
+    netns = std::move(*fd);
+  }
+  sys::SpawnOptions so;
+  so.argv = {"ip"};
+  so.argv.insert(so.argv.end(), opts.begin(), opts.end());
+  so.argv.insert(so.argv.end(), {"-batch", tmp});
+  so.net_ns_fd = netns.get();
+  auto r = sys::RunChecked(so, kIpTimeoutMs);
   ::unlink(tmp.c_str());
-  return st;
+  if (!r) return tl::unexpected(r.error());
+  return Ok();
 }
 
 // Writes sysctls inside a network namespace: /proc/sys/net follows the netns of the
@@ -85,12 +108,6 @@ Status NetnsSysctls(const std::string& netns_path,
   });
   t.join();
   return result;
-}
-
-std::string Elements(const std::vector<Cidr>& v) {
-  std::string s;
-  for (const auto& c : v) s += (s.empty() ? "" : ", ") + c.ToString();
-  return s;
 }
 
 class NetworkImpl final : public Network {
@@ -145,11 +162,18 @@ class NetworkImpl final : public Network {
   // The sandbox's CA (with secrets): loaded from the state dir, or made and saved there.
   Result<std::shared_ptr<tls::SandboxCa>> CaFor(const std::string& id, const Policy& p);
   std::string CaPath(const std::string& id) const { return opts().state_dir + "/ca/" + id; }
+  TableSpec Spec();                                // refreshes the host's addresses
+  SandboxRules RulesOf(const SandboxNet& sb) const;
   Status ApplyRuleset();       // the whole table, one transaction; call with mu_ held
-  // Applies an nft script in one transaction (kept as DATA/net/ruleset.nft).
-  Status RunNft(const std::string& script) {
-    const std::string path = opts().state_dir + "/ruleset.nft";
-    SPACE_TRY(sys::WriteFileAtomic(path, script, 0600));
+  enum class Change { kAdd, kUpdate, kRemove };
+  // One sandbox's part of the table (ApplyRuleset where that cannot be done); call with
+  // mu_ held, after shared_ holds the change.
+  Status ApplySandbox(const SandboxRules& sb, Change change);
+  // Applies an nft script in one transaction (the last whole table is kept as
+  // DATA/net/ruleset.nft, the last change as DATA/net/change.nft).
+  Status RunNft(const std::string& script, const char* name) {
+    const std::string path = opts().state_dir + "/" + name;
+    SPACE_TRY(WriteScratch(path, script));
     sys::SpawnOptions so;
     so.argv = {"nft", "-f", path};
     auto r = sys::RunChecked(so, kIpTimeoutMs);
@@ -165,6 +189,8 @@ class NetworkImpl final : public Network {
   std::unique_ptr<DnsForwarder> dns_;
   std::map<int, std::string> slots_;  // slot -> sandbox id
   bool forwarding_checked_ = false;
+  bool netns_made_ = false;  // a namespace was made (so /run/netns is set up)
+  bool table_live_ = false;  // the table holds the sandboxes in shared_ as ApplyRuleset wrote it
 };
 
 Status NetworkImpl::Init() {
@@ -180,7 +206,7 @@ Status NetworkImpl::Init() {
     auto up = text ? dns::FromResolvConf(*text) : std::nullopt;
     shared_.upstream = up ? *up : dns::Upstream{0x7F000001u, 53};
   }
-  shared_.RefreshHostAddrs();
+  (void)shared_.RefreshHostAddrs();
   if (!opts().egress_ca_file.empty() && !sys::Exists(opts().egress_ca_file))
     return Fail(Errc::kInvalidArgument, "--egress-ca-file " + opts().egress_ca_file + " does not exist");
   return Ok();
@@ -225,94 +251,41 @@ Status NetworkImpl::EnsureStarted() {
   return Ok();
 }
 
+TableSpec NetworkImpl::Spec() {
+  TableSpec t;
+  for (uint32_t a : shared_.RefreshHostAddrs()) {
+    if (!opts().subnet.Contains(a)) t.host_addrs.push_back(a);
+  }
+  t.name = "space_" + opts().tag;
+  t.ifs = "s" + opts().tag + "-*";
+  t.subnet = opts().subnet;
+  t.allow_private = opts().allow_private;
+  if (proxy_) {
+    t.http_port = proxy_->http_port();
+    t.tls_port = proxy_->tls_port();
+    t.other_port = proxy_->other_port();
+  }
+  if (dns_) t.dns_port = dns_->port();
+  return t;
+}
+
+SandboxRules NetworkImpl::RulesOf(const SandboxNet& sb) const {
+  SandboxRules r;
+  r.slot = sb.slot;
+  r.host_if = HostIf(sb.slot);
+  r.ip = sb.ip;
+  std::lock_guard l(sb.mu);
+  r.policy = sb.policy;
+  return r;
+}
+
 Status NetworkImpl::ApplyRuleset() {
-  const std::string table = "space_" + opts().tag;
-  std::string out = "add table inet " + table + "\ndelete table inet " + table + "\n";
-  auto sandboxes = shared_.All();
-  // Nothing attached: no table at all.
-  if (sandboxes.empty()) return RunNft(out);
-  shared_.RefreshHostAddrs();
-  const std::string ifs = "s" + opts().tag + "-*";
-  const int H = proxy_->http_port(), S = proxy_->tls_port(), O = proxy_->other_port(),
-            D = dns_->port();
-  std::ostringstream t;
-  t << "table inet " << table << " {\n";
-  t << "  set always_deny { type ipv4_addr; flags interval; auto-merge; elements = { "
-    << Elements(AlwaysDeniedRanges()) << " } }\n";
-  t << "  set internal { type ipv4_addr; flags interval; auto-merge; elements = { "
-    << opts().subnet.ToString();
-  {
-    std::vector<uint32_t> addrs;
-    ifaddrs* ifa = nullptr;
-    if (::getifaddrs(&ifa) == 0) {
-      for (ifaddrs* i = ifa; i; i = i->ifa_next) {
-        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
-          uint32_t a = ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
-          if (!opts().subnet.Contains(a)) t << ", " << Ipv4ToString(a);
-        }
-      }
-      ::freeifaddrs(ifa);
-    }
-  }
-  t << " } }\n";
-  if (!opts().allow_private.empty())
-    t << "  set allow_private { type ipv4_addr; flags interval; auto-merge; elements = { "
-      << Elements(opts().allow_private) << " } }\n";
-  std::string vmap, sources;
-  for (const auto& sb : sandboxes) {
-    sources += (sources.empty() ? "" : ", ") + std::string("\"") + HostIf(sb->slot) + "\" . " +
-               Ipv4ToString(sb->ip);
-    std::lock_guard l(sb->mu);
-    const Policy& p = sb->policy;
-    t << "  chain sb_" << sb->slot << " {\n";
-    if (!p.allow_cidrs.empty()) t << "    ip daddr { " << Elements(p.allow_cidrs) << " } accept\n";
-    if (!p.deny_cidrs.empty()) t << "    ip daddr { " << Elements(p.deny_cidrs) << " } drop\n";
-    t << "    " << (p.restricted() || !p.internet() ? "drop" : "accept") << "\n  }\n";
-    vmap += (vmap.empty() ? "" : ", ") + std::string("\"") + HostIf(sb->slot) + "\" : goto sb_" +
-            std::to_string(sb->slot);
-  }
-  t << "  map sandboxes { type ifname : verdict; elements = { " << vmap << " } }\n";
-  // Each sandbox sends from its own address only (a VM guest, root on its own NIC, could
-  // otherwise pose as another sandbox to the proxy); no IPv6 at all.
-  t << "  set sources { type ifname . ipv4_addr; elements = { " << sources << " } }\n";
-  t << "  chain antispoof {\n    type filter hook prerouting priority raw; policy accept;\n"
-    << "    iifname \"" << ifs << "\" meta nfproto ipv6 drop\n"
-    << "    iifname \"" << ifs << "\" iifname . ip saddr != @sources drop\n  }\n";
-  t << "  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n"
-    << "    iifname \"" << ifs << "\" meta nfproto ipv4 udp dport 53 redirect to :" << D << "\n"
-    << "    iifname \"" << ifs << "\" meta nfproto ipv4 tcp dport 80 redirect to :" << H << "\n"
-    << "    iifname \"" << ifs << "\" meta nfproto ipv4 tcp dport 443 redirect to :" << S << "\n"
-    << "    iifname \"" << ifs << "\" meta nfproto ipv4 meta l4proto tcp redirect to :" << O << "\n  }\n";
-  t << "  chain input {\n    type filter hook input priority filter; policy accept;\n"
-    << "    iifname \"" << ifs << "\" jump from_sandbox_to_host\n"
-    // The proxy and DNS ports listen on every address; only sandboxes may use them.
-    << "    tcp dport { " << H << ", " << S << ", " << O << " } drop\n"
-    << "    udp dport " << D << " drop\n  }\n";
-  t << "  chain from_sandbox_to_host {\n"
-    << "    meta nfproto ipv6 drop\n"
-    // Replies on connections the host opened (ingress to a VM guest's address).
-    << "    ct state established,related accept\n"
-    << "    tcp dport { " << H << ", " << S << ", " << O << " } accept\n"
-    << "    udp dport " << D << " accept\n"
-    << "    drop\n  }\n";
-  t << "  chain forward {\n    type filter hook forward priority filter; policy accept;\n"
-    << "    iifname \"" << ifs << "\" jump from_sandbox\n"
-    << "    oifname \"" << ifs << "\" ct state established,related accept\n"
-    << "    oifname \"" << ifs << "\" drop\n  }\n";
-  t << "  chain from_sandbox {\n"
-    << "    meta nfproto ipv6 drop\n"
-    << "    meta l4proto tcp drop\n"  // TCP is redirected to the proxy, never forwarded
-    << "    ip daddr @internal drop\n";
-  if (!opts().allow_private.empty()) t << "    ip daddr @allow_private iifname vmap @sandboxes\n";
-  t << "    ip daddr @always_deny drop\n"
-    << "    iifname vmap @sandboxes\n"
-    << "    drop\n  }\n";
-  t << "  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n"
-    << "    ip saddr " << opts().subnet.ToString() << " oifname != \"" << ifs << "\" masquerade\n  }\n";
-  t << "}\n";
-  out += t.str();
-  SPACE_TRY(RunNft(out));
-  if (!forwarding_checked_) {
+  std::vector<SandboxRules> rules;
+  for (const auto& sb : shared_.All()) rules.push_back(RulesOf(*sb));
+  table_live_ = false;
+  SPACE_TRY(RunNft(FullTableScript(Spec(), rules), "ruleset.nft"));
+  table_live_ = !rules.empty();
+  if (table_live_ && !forwarding_checked_) {
     // Non-TCP flows (UDP, ICMP) allowed by CIDR are routed, which needs forwarding on.
     auto f = sys::ReadFile("/proc/sys/net/ipv4/ip_forward");
     if (f && !StartsWith(*f, "1")) {
@@ -326,6 +299,22 @@ Status NetworkImpl::ApplyRuleset() {
     forwarding_checked_ = true;
   }
   return Ok();
+}
+
+Status NetworkImpl::ApplySandbox(const SandboxRules& sb, Change change) {
+  // The first sandbox makes the table and the last one removes it: the whole table then.
+  if (table_live_ && !(change == Change::kRemove && shared_.All().empty())) {
+    const TableSpec spec = Spec();
+    const std::string script = change == Change::kAdd      ? AddSandboxScript(spec, sb)
+                               : change == Change::kUpdate ? UpdateSandboxScript(spec, sb)
+                                                           : RemoveSandboxScript(spec, sb);
+    auto st = RunNft(script, "change.nft");
+    if (st) return Ok();
+    // The table is not as this spaced left it (changed by hand, or a script of ours
+    // refused): write all of it, which also says what is wrong if that fails too.
+    spdlog::warn("net: nft change for slot {} refused ({}); rewriting the table", sb.slot, st.error().message);
+  }
+  return ApplyRuleset();
 }
 
 Attachment NetworkImpl::AttachmentFor(int slot, const std::string& id, Link link) const {
@@ -347,15 +336,16 @@ Attachment NetworkImpl::AttachmentFor(int slot, const std::string& id, Link link
 Status NetworkImpl::MakeNamespace(const std::string& id, int slot, Link link) {
   const std::string ns = NetnsName(id), hif = HostIf(slot);
   const std::string gw = Ipv4ToString(Gateway(slot)), ip = Ipv4ToString(Gateway(slot) + 1);
-  if (!sys::Exists(NetnsPath(id))) SPACE_TRY_WRAP(RunIp({"netns", "add", ns}), "create namespace");
-  // The host end first; the sandbox end is moved into the namespace as it is made.
+  // The namespace and the host end in one `ip` (a batch's `netns add` leaves ip in the
+  // host's namespace); the sandbox end is moved into the namespace as it is made.
   if (sys::Exists("/sys/class/net/" + hif)) (void)RunIp({"link", "del", hif});
   SPACE_TRY_WRAP(RunIpBatch(opts().state_dir, {},
-                            "link add " + hif + " address " + HostMac(slot) + " type veth peer name eth0 netns " +
+                            (sys::Exists(NetnsPath(id)) ? "" : "netns add " + ns + "\n") +
+                                "link add " + hif + " address " + HostMac(slot) + " type veth peer name eth0 netns " +
                                 ns + "\n" +
                                 "addr add " + gw + "/31 dev " + hif + "\n" +
                                 "link set " + hif + " up\n"),
-                 "create veth");
+                 "create namespace and veth");
   // No IPv6 in the sandbox (v1): no link-local addresses, nothing to bypass the rules with.
   SPACE_TRY(NetnsSysctls(NetnsPath(id), {{"net/ipv6/conf/all/disable_ipv6", "1"},
                                          {"net/ipv6/conf/default/disable_ipv6", "1"},
@@ -365,7 +355,7 @@ Status NetworkImpl::MakeNamespace(const std::string& id, int slot, Link link) {
     // The guest holds the address: the namespace bridges its veth and a tap (persistent,
     // so it outlives the VM process across suspend and wake) and has no address of its own.
     // Made after the sysctls above, br0 and the tap start with IPv6 off too.
-    SPACE_TRY_WRAP(RunIpBatch(opts().state_dir, {"-n", ns},
+    SPACE_TRY_WRAP(RunIpBatch(opts().state_dir, {},
                               std::string("link add br0 type bridge\n") +
                                   "tuntap add dev " + kTapName + " mode tap\n"
                                   "link set eth0 master br0\n"
@@ -373,29 +363,35 @@ Status NetworkImpl::MakeNamespace(const std::string& id, int slot, Link link) {
                                   "link set eth0 up\n"
                                   "link set " + kTapName + " up\n"
                                   "link set br0 up\n"
-                                  "link set lo up\n"),
+                                  "link set lo up\n",
+                              NetnsPath(id)),
                    "configure namespace");
     return Ok();
   }
-  SPACE_TRY_WRAP(RunIpBatch(opts().state_dir, {"-n", ns},
+  SPACE_TRY_WRAP(RunIpBatch(opts().state_dir, {},
                             "addr add " + ip + "/31 dev eth0\n"
                             "link set eth0 up\n"
                             "link set lo up\n"
-                            "route add default via " + gw + " dev eth0\n"),
+                            "route add default via " + gw + " dev eth0\n",
+                            NetnsPath(id)),
                  "configure namespace");
   return Ok();
 }
 
 void NetworkImpl::RemoveNamespace(const std::string& id, int slot) {
-  if (slot > 0 && sys::Exists("/sys/class/net/" + HostIf(slot))) (void)RunIp({"link", "del", HostIf(slot)});
-  if (sys::Exists(NetnsPath(id))) {
-    auto st = RunIp({"netns", "del", NetnsName(id)});
-    if (!st) spdlog::warn("net: remove namespace of {}: {}", id, st.error().message);
-  }
+  // The host end is deleted explicitly: the namespace's own teardown frees the veth later,
+  // in a kernel worker, and its name may be wanted again at once.
+  std::string batch;
+  if (slot > 0 && sys::Exists("/sys/class/net/" + HostIf(slot))) batch += "link del " + HostIf(slot) + "\n";
+  if (sys::Exists(NetnsPath(id))) batch += "netns del " + NetnsName(id) + "\n";
+  if (batch.empty()) return;
+  // -force: the namespace goes even if the veth was already gone.
+  auto st = RunIpBatch(opts().state_dir, {"-force"}, batch);
+  if (!st) spdlog::warn("net: remove namespace of {}: {}", id, st.error().message);
 }
 
 Result<Attachment> NetworkImpl::Attach(const std::string& id, const Policy& p, int slot, Link link) {
-  std::lock_guard l(mu_);
+  std::unique_lock l(mu_);
   SPACE_TRY(EnsureStarted());
   if (auto existing = shared_.ById(id)) {
     if (existing->slot == slot && existing->link == link && sys::Exists(NetnsPath(id)) &&
@@ -405,9 +401,12 @@ Result<Attachment> NetworkImpl::Attach(const std::string& id, const Policy& p, i
       SPACE_TRY(UpdateLocked(*existing, p));
       return AttachmentWithCa(slot, id, link, *existing);
     }
-    slots_.erase(existing->slot);
+    const SandboxRules old = RulesOf(*existing);
     shared_.Remove(id);
+    if (auto st = ApplySandbox(old, Change::kRemove); !st)
+      spdlog::warn("net: attach {}: removing its old rules: {}", id, st.error().message);
     RemoveNamespace(id, existing->slot);
+    slots_.erase(existing->slot);
   }
   if (slot <= 0 || slots_.count(slot)) {
     if (slot > 0) spdlog::warn("net: slot {} of {} is taken; choosing another", slot, id);
@@ -421,16 +420,25 @@ Result<Attachment> NetworkImpl::Attach(const std::string& id, const Policy& p, i
     if (slot == 0)
       return Fail(Errc::kResourceExhausted, "no free sandbox address in " + opts().subnet.ToString());
   }
+  // The slot is this sandbox's from here on: its namespace and veth meet nobody else's,
+  // so they are made without mu_ and attaches overlap (the first is made alone: `ip
+  // netns add` may then make /run/netns a mount point, which two at once could both do).
+  slots_[slot] = id;
+  const bool alone = !netns_made_;
+  if (!alone) l.unlock();
+  auto fail = [&](Error e) -> Result<Attachment> {
+    if (l.owns_lock()) l.unlock();
+    RemoveNamespace(id, slot);
+    l.lock();
+    slots_.erase(slot);
+    return tl::unexpected(std::move(e).Wrap("net: attach " + id));
+  };
   auto made = MakeNamespace(id, slot, link);
-  if (!made) {
-    RemoveNamespace(id, slot);
-    return tl::unexpected(std::move(made.error()).Wrap("net: attach " + id));
-  }
+  if (!made) return fail(std::move(made).error());
   auto ca = CaFor(id, p);
-  if (!ca) {
-    RemoveNamespace(id, slot);
-    return tl::unexpected(std::move(ca.error()).Wrap("net: attach " + id));
-  }
+  if (!ca) return fail(std::move(ca).error());
+  if (!l.owns_lock()) l.lock();
+  netns_made_ = true;
   auto sb = std::make_shared<SandboxNet>();
   sb->id = id;
   sb->slot = slot;
@@ -440,14 +448,11 @@ Result<Attachment> NetworkImpl::Attach(const std::string& id, const Policy& p, i
   sb->policy = p;
   sb->ca = *ca;
   shared_.Put(sb);
-  slots_[slot] = id;
-  auto applied = ApplyRuleset();
+  auto applied = ApplySandbox(RulesOf(*sb), Change::kAdd);
   if (!applied) {
     shared_.Remove(id);
-    slots_.erase(slot);
-    RemoveNamespace(id, slot);
     (void)ApplyRuleset();
-    return tl::unexpected(std::move(applied.error()).Wrap("net: attach " + id));
+    return fail(std::move(applied).error());
   }
   return AttachmentWithCa(slot, id, link, *sb);
 }
@@ -481,7 +486,7 @@ Status NetworkImpl::UpdateLocked(SandboxNet& sb, const Policy& p) {
     old = sb.policy;
     sb.policy = p;
   }
-  auto applied = ApplyRuleset();
+  auto applied = ApplySandbox(RulesOf(sb), Change::kUpdate);
   if (!applied) {
     // Never half-applied: the proxy and DNS go back to what the kernel still enforces.
     std::lock_guard g(sb.mu);
@@ -493,7 +498,7 @@ Status NetworkImpl::UpdateLocked(SandboxNet& sb, const Policy& p) {
 }
 
 Status NetworkImpl::Detach(const std::string& id) {
-  std::lock_guard l(mu_);
+  std::unique_lock l(mu_);
   auto sb = shared_.ById(id);
   int slot = 0;
   if (sb) {
@@ -506,16 +511,24 @@ Status NetworkImpl::Detach(const std::string& id) {
         ::shutdown(f->upstream_fd, SHUT_RDWR);
       }
     }
+    const SandboxRules rules = RulesOf(*sb);
     shared_.Remove(id);
-    slots_.erase(slot);
     if (proxy_) {
-      auto st = ApplyRuleset();
+      auto st = ApplySandbox(rules, Change::kRemove);
       if (!st) spdlog::warn("net: detach {}: {}", id, st.error().message);
     }
   }
+  // The slot stays taken until its veth is gone, so no attach makes a veth of that name
+  // meanwhile.
+  l.unlock();
   RemoveNamespace(id, slot);
   (void)::unlink((CaPath(id) + ".crt").c_str());
   (void)::unlink((CaPath(id) + ".key").c_str());
+  if (slot > 0) {
+    l.lock();
+    if (auto it = slots_.find(slot); it != slots_.end() && it->second == id) slots_.erase(it);
+    l.unlock();
+  }
   if (sys::Exists(NetnsPath(id)))
     return Fail(Errc::kInternal, "net: namespace of " + id + " could not be removed");
   return Ok();
@@ -555,6 +568,7 @@ Status NetworkImpl::Reconcile(const std::map<std::string, LiveSandbox>& live) {
       sys::SpawnOptions so;
       so.argv = {"nft", "delete", "table", "inet", "space_" + opts().tag};
       (void)sys::Run(so, kIpTimeoutMs);
+      table_live_ = false;
       return Ok();
     }
   }
@@ -582,6 +596,7 @@ Status NetworkImpl::Reconcile(const std::map<std::string, LiveSandbox>& live) {
     else sb->ca = *ca;
     shared_.Put(sb);
     slots_[s.slot] = id;
+    netns_made_ = true;
   }
   std::lock_guard l(mu_);
   SPACE_TRY(ApplyRuleset());

@@ -6,11 +6,15 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
@@ -76,18 +80,65 @@ std::vector<std::shared_ptr<SandboxNet>> Shared::All() const {
   return out;
 }
 
-void Shared::RefreshHostAddrs() {
-  std::vector<uint32_t> addrs;
-  ifaddrs* ifa = nullptr;
-  if (::getifaddrs(&ifa) == 0) {
-    for (ifaddrs* i = ifa; i; i = i->ifa_next) {
-      if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET)
-        addrs.push_back(ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr));
+namespace {
+
+// The host's IPv4 addresses from one RTM_GETADDR dump of the current network namespace;
+// nullopt if the kernel could not be asked. (getifaddrs dumps every link as well, and for
+// each veth the kernel walks its peer namespace's ids: with hundreds of networked
+// sandboxes that was most of spaced's CPU in an attach.)
+std::optional<std::vector<uint32_t>> HostIpv4Addrs() {
+  int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (fd < 0) return std::nullopt;
+  sys::UniqueFd g(fd);
+  struct {
+    nlmsghdr h;
+    ifaddrmsg m;
+  } req{};
+  req.h.nlmsg_len = sizeof req;
+  req.h.nlmsg_type = RTM_GETADDR;
+  req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  req.h.nlmsg_seq = 1;
+  req.m.ifa_family = AF_INET;
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  if (::sendto(fd, &req, sizeof req, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) < 0)
+    return std::nullopt;
+  std::vector<uint32_t> out;
+  std::vector<char> buf(64 << 10);
+  for (;;) {
+    ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    int left = static_cast<int>(n);
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+      if (h->nlmsg_type == NLMSG_DONE) return out;
+      if (h->nlmsg_type == NLMSG_ERROR) return std::nullopt;
+      if (h->nlmsg_type != RTM_NEWADDR) continue;
+      auto* ifa = static_cast<ifaddrmsg*>(NLMSG_DATA(h));
+      if (ifa->ifa_family != AF_INET) continue;
+      // IFA_LOCAL is the interface's own address; IFA_ADDRESS, the peer's on a
+      // point-to-point link, stands in only without it (as getifaddrs does).
+      std::optional<uint32_t> local, address;
+      int len = static_cast<int>(IFA_PAYLOAD(h));
+      for (auto* a = IFA_RTA(ifa); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+        if (RTA_PAYLOAD(a) != 4 || (a->rta_type != IFA_LOCAL && a->rta_type != IFA_ADDRESS)) continue;
+        uint32_t v;
+        std::memcpy(&v, RTA_DATA(a), 4);
+        (a->rta_type == IFA_LOCAL ? local : address) = ntohl(v);
+      }
+      if (local || address) out.push_back(local ? *local : *address);
     }
-    ::freeifaddrs(ifa);
   }
+}
+
+}  // namespace
+
+std::vector<uint32_t> Shared::RefreshHostAddrs() {
+  auto addrs = HostIpv4Addrs();
   std::unique_lock l(mu_);
-  host_addrs_ = std::move(addrs);
+  // Asking failed: the addresses known before stay denied.
+  if (addrs) host_addrs_ = std::move(*addrs);
+  return host_addrs_;
 }
 
 bool Shared::Reachable(uint32_t ip) const {

@@ -183,6 +183,7 @@ int SpawnChild(void* p) {
   if (opts.new_session) ::setsid();
   if (opts.die_with_parent) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (opts.mount_ns_fd >= 0 && ::setns(opts.mount_ns_fd, CLONE_NEWNS) != 0) ChildFail(errfd, "setns");
+  if (opts.net_ns_fd >= 0 && ::setns(opts.net_ns_fd, CLONE_NEWNET) != 0) ChildFail(errfd, "setns network namespace");
   if (!opts.attach_mounts.empty()) {
     if (::unshare(CLONE_NEWNS) != 0) ChildFail(errfd, "unshare mount namespace");
     // Private: nothing attached here propagates back to the namespace it was copied from.

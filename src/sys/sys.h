@@ -72,6 +72,7 @@ struct SpawnOptions {
   std::optional<std::vector<std::string>> env;  // nullopt: inherit
   std::string cwd;                          // empty: inherit
   int mount_ns_fd = -1;                     // setns(CLONE_NEWNS) in the child before exec
+  int net_ns_fd = -1;                       // setns(CLONE_NEWNET) in the child before exec
   bool new_session = false;                 // setsid() in the child
   bool die_with_parent = false;             // SIGKILL the child when the spawning thread exits
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  // -1: /dev/null
