@@ -347,10 +347,11 @@ Status NetworkImpl::MakeNamespace(const std::string& id, int slot, Link link) {
                                 "link set " + hif + " up\n"),
                  "create namespace and veth");
   // No IPv6 in the sandbox (v1): no link-local addresses, nothing to bypass the rules with.
-  SPACE_TRY(NetnsSysctls(NetnsPath(id), {{"net/ipv6/conf/all/disable_ipv6", "1"},
-                                         {"net/ipv6/conf/default/disable_ipv6", "1"},
-                                         {"net/ipv6/conf/eth0/disable_ipv6", "1"},
-                                         {"net/ipv6/conf/lo/disable_ipv6", "1"}}));
+  // `all` alone: the kernel copies it to `default` and to every device already there (lo,
+  // eth0), and later ones (br0, the tap) start from `default`. One write, not four: each
+  // name under /proc/sys/net is a dentry per namespace on one hash chain, so every lookup
+  // walks as many entries as there are networked sandboxes.
+  SPACE_TRY(NetnsSysctls(NetnsPath(id), {{"net/ipv6/conf/all/disable_ipv6", "1"}}));
   if (link == Link::kTap) {
     // The guest holds the address: the namespace bridges its veth and a tap (persistent,
     // so it outlives the VM process across suspend and wake) and has no address of its own.

@@ -194,6 +194,10 @@ TEST_F(NetworkTest, AlwaysDeniedHoldsUnderAllowAll) {
   // IPv6 is off inside.
   r = Run(a, "cat /proc/sys/net/ipv6/conf/all/disable_ipv6 2>/dev/null || echo gone");
   EXPECT_TRUE(r.out == "1\n" || r.out == "gone\n") << r.out;
+  // ... on every device, and no address of that family anywhere.
+  r = Run(a, "for d in default lo eth0; do cat /proc/sys/net/ipv6/conf/$d/disable_ipv6; done 2>/dev/null; "
+             "cat /proc/net/if_inet6 2>/dev/null; echo end");
+  EXPECT_TRUE(r.out == "1\n1\n1\nend\n" || r.out == "end\n") << r.out;
   Delete(a);
   Delete(b);
 }
