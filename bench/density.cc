@@ -17,6 +17,8 @@
 // Reports creates/s and deletes/s (M over the wall time from the first request to the last
 // operation's end) and, per create, the time to the 202 ("accepted") and to running.
 // --min-create-rate, --min-delete-rate and --max-create-p99 turn the figures into a verdict.
+// --net internet: every sandbox, idle and timed, is created with internet access (its own
+// network namespace, veth and rules), to see what networking adds and how it grows.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -134,11 +136,12 @@ void RecordDone(Phase& ph, std::mutex& mu, double accepted, double finished) {
 
 // M creates (or deletes of `ids`) by `clients` clients, one request at a time each.
 Phase RatePhase(const std::string& url, const std::string& key, const client::ClientOptions& opts,
-                int clients, std::vector<std::string>& ids, bool create,
+                int clients, const Json& create_body, std::vector<std::string>& ids, bool create,
                 const std::function<void(const std::string&)>& error) {
   Phase ph;
   std::mutex mu;
-  const Json body = {{"timeout", 0}, {"metadata", {{"bench", "rates"}}}};
+  Json body = create_body;
+  body["metadata"] = {{"bench", "rates"}};
   const auto t0 = Clock::now();
   ForAll(static_cast<int>(ids.size()), clients, [&](int i) {
     thread_local std::unique_ptr<client::Client> cl;
@@ -211,6 +214,7 @@ int main(int argc, char** argv) {
   int rates = 0, clients = 16;
   double min_create_rate = 0, min_delete_rate = 0, max_create_p99 = 0;
   bool bulk_delete = false;
+  std::string net_mode = "none";
   app.add_option("--url", url)->required();
   app.add_option("--key", key)->required();
   app.add_option("--data-dir", data_dir, "spaced's data dir (unused; bench/run.sh passes it)");
@@ -229,6 +233,8 @@ int main(int argc, char** argv) {
   app.add_option("--min-delete-rate", min_delete_rate, "fail below this many deletes/s");
   app.add_option("--max-create-p99", max_create_p99,
                  "fail if a create's answer (the 202) takes longer than this many ms at p99");
+  app.add_option("--net", net_mode, "every sandbox's network mode (internet: each gets a namespace, a veth and rules)")
+      ->check(CLI::IsMember({"none", "internet"}));
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines as they happen
   const char* pid_env = std::getenv("SPACED_PID");
@@ -242,7 +248,8 @@ int main(int argc, char** argv) {
   client::ClientOptions opts;
   opts.retry_busy_for = std::chrono::milliseconds{600000};
   client::Client c(url, key, opts);
-  const Json body = {{"timeout", 0}};
+  Json body = {{"timeout", 0}};
+  if (net_mode != "none") body["network"] = {{"mode", net_mode}};
   // Warm-up: the first sandbox makes the template's layer, namespaces, pools, and its
   // command brings in the code that serves one.
   {
@@ -289,10 +296,10 @@ int main(int argc, char** argv) {
   bool rates_ok = true;
   if (rates > 0) {
     std::vector<std::string> more(rates);
-    Phase c = RatePhase(url, key, opts, clients, more, true, error);
+    Phase c = RatePhase(url, key, opts, clients, body, more, true, error);
     PrintPhase("creates", rates, created, clients, c);
     Phase d = bulk_delete ? BulkDeletePhase(url, key, opts, clients, error)
-                          : RatePhase(url, key, opts, clients, more, false, error);
+                          : RatePhase(url, key, opts, clients, body, more, false, error);
     PrintPhase(bulk_delete ? "deletes (one bulk request)" : "deletes", rates, created, clients, d);
     const double cr = c.seconds > 0 ? c.done / c.seconds : 0, dr = d.seconds > 0 ? d.done / d.seconds : 0;
     const double p99 = Summarize(c.accept_ms).p99;
