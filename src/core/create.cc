@@ -1,6 +1,10 @@
 // Sandbox creation: a request checked and turned into a sandbox record, then its instance
 // brought up (root filesystem, runtime, agent) on a worker.
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +37,24 @@ Status ValidateSandboxId(const std::string& id) {
     ok = (id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9');
   if (!ok) return Fail(Errc::kInvalidArgument, "a sandbox id is sb- and 16 of [a-z0-9], not \"" + id + "\"");
   return Ok();
+}
+
+// A new root is new inodes (a snapshot of the template's layer) with nothing in their page
+// cache, so the first command's exec of the shell read the binary from the disk: 1.5 ms of
+// execve against 0.2 ms for the next one (strace of the agent), and the first `echo` in a
+// warm-pool sandbox took ~1 ms longer than later ones. Read it ahead (asynchronously) while
+// the instance starts. Resolved inside the root: the template's /bin/sh may be a symlink,
+// and must never lead out of it; anything but a regular file is left alone.
+void ReadAheadShell(const std::string& rootfs) {
+  sys::UniqueFd dir(::open(rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) return;
+  open_how how{};
+  how.flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  sys::UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, dir.get(), "bin/sh", &how, sizeof how)));
+  struct stat st;
+  if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_WILLNEED);
 }
 
 }  // namespace
@@ -341,6 +363,7 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
                       ? storage->CreateRoot(sb->rec.id, DigestHex(digest), limits.disk_bytes)
                       : storage->CreateRootFromSnapshot(sb->rec.id, snapshot, limits.disk_bytes);
       if (!root) return tl::unexpected(std::move(root.error()).Wrap("create root filesystem"));
+      ReadAheadShell(*root);
       spec = InstanceSpecFor(sb->rec, *root);
     }
     const int64_t t1 = MonotonicNanos();
