@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sched.h>
@@ -12,7 +11,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
 
 #include <sodium.h>
 #include <spdlog/spdlog.h>

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
 #include "net/internal.h"
@@ -115,8 +116,11 @@ Json Normalised(const std::string& table) {
   return norm;
 }
 
+// Each test's own tag (from its pid: ctest runs the two at once, in two processes) and
+// subnet (two daemons' veths with the same addresses would meet in the host's routes).
 class RulesetLive : public ::testing::Test {
  protected:
+  explicit RulesetLive(const char* subnet) : subnet_(*ParseCidr(subnet)) {}
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root (namespaces, veths, nftables)";
     for (const char* tool : {"nft", "ip"}) {
@@ -129,9 +133,10 @@ class RulesetLive : public ::testing::Test {
     tmp_ = std::make_unique<sys::TempDir>(std::move(*dir));
     Options o;
     o.state_dir = tmp_->path() + "/net";
-    // A tag of this test alone, and a subnet no other test uses.
-    o.tag = "7e" + std::to_string(100000 + ::getpid() % 900000).substr(2);
-    o.subnet = *ParseCidr("10.219.0.0/24");
+    char tag[16];
+    std::snprintf(tag, sizeof tag, "%06x", static_cast<unsigned>(::getpid()) & 0xffffffu);
+    o.tag = tag;
+    o.subnet = subnet_;
     o.dns_upstream = "127.0.0.1:53";
     tag_ = o.tag;
     auto n = Network::Create(o);
@@ -175,12 +180,13 @@ class RulesetLive : public ::testing::Test {
     // `internal` holds the host's addresses of the moment, which other tests' veths change.
     for (Json* t : {&kept, &full}) {
       ASSERT_TRUE(t->contains("set:internal"));
-      EXPECT_NE((*t)["set:internal"].dump().find("10.219.0.0"), std::string::npos) << t->dump();
+      EXPECT_NE((*t)["set:internal"].dump().find(Ipv4ToString(subnet_.addr)), std::string::npos) << t->dump();
       (*t)["set:internal"].erase("elem");
     }
     EXPECT_EQ(kept, full) << "kept:\n" << kept.dump(1) << "\nwritten whole:\n" << full.dump(1);
   }
 
+  const Cidr subnet_;
   std::unique_ptr<sys::TempDir> tmp_;
   std::unique_ptr<Network> net_;
   std::string tag_;
@@ -188,7 +194,16 @@ class RulesetLive : public ::testing::Test {
   std::map<std::string, LiveSandbox> live_;
 };
 
-TEST_F(RulesetLive, KeptTableEqualsAFullRewrite) {
+class RulesetKept : public RulesetLive {
+ protected:
+  RulesetKept() : RulesetLive("10.219.0.0/25") {}
+};
+class RulesetConcurrent : public RulesetLive {
+ protected:
+  RulesetConcurrent() : RulesetLive("10.219.0.128/25") {}
+};
+
+TEST_F(RulesetKept, TableEqualsAFullRewrite) {
   Attach("a", {{"mode", "internet"}});
   Attach("b", {{"allow_out", {"203.0.113.0/24"}}});
   Attach("c", {{"mode", "internet"}, {"deny_out", {"198.51.100.0/24"}}});
@@ -223,7 +238,7 @@ TEST_F(RulesetLive, KeptTableEqualsAFullRewrite) {
   EXPECT_EQ(Leftovers(), "");
 }
 
-TEST_F(RulesetLive, ConcurrentAttachesAndDetaches) {
+TEST_F(RulesetConcurrent, AttachesAndDetaches) {
   constexpr int kN = 8;
   std::vector<std::thread> ts;
   std::vector<std::string> errors(kN);
@@ -250,7 +265,7 @@ TEST_F(RulesetLive, ConcurrentAttachesAndDetaches) {
   for (int i = 0; i < kN; ++i) {
     std::string ns = "space-" + tag_ + "-p" + std::to_string(i);
     std::string addr = Sh("ip -n " + ns + " -4 -o addr show dev eth0");
-    uint32_t want = (*ParseCidr("10.219.0.0/24")).addr + 2u * static_cast<uint32_t>(slots[i]) + 1;
+    uint32_t want = subnet_.addr + 2u * static_cast<uint32_t>(slots[i]) + 1;
     EXPECT_NE(addr.find(Ipv4ToString(want) + "/31"), std::string::npos) << ns << ": " << addr;
   }
   ExpectSameAsFullRewrite();

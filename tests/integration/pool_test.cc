@@ -125,8 +125,9 @@ TEST(PoolTest, ClaimedSandboxFindsItsShellInThePageCache) {
   ASSERT_NE(map, MAP_FAILED);
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   std::vector<unsigned char> resident((static_cast<size_t>(st.st_size) + page - 1) / page);
-  ASSERT_EQ(::mincore(map, static_cast<size_t>(st.st_size), resident.data()), 0);
+  const int mc = ::mincore(map, static_cast<size_t>(st.st_size), resident.data());
   ::munmap(map, static_cast<size_t>(st.st_size));
+  ASSERT_EQ(mc, 0) << std::strerror(errno);
   size_t in = 0;
   for (unsigned char r : resident) in += r & 1;
   EXPECT_GE(in * 2, resident.size()) << in << " of " << resident.size() << " pages of /bin/sh cached";
