@@ -217,7 +217,9 @@ int SpawnChild(void* p) {
     }
   }
   if (!opts.cwd.empty() && ::chdir(opts.cwd.c_str()) != 0) ChildFail(errfd, "chdir");
-  if (a.envp) {
+  if (opts.exec_fd >= 0) {
+    ::execveat(opts.exec_fd, "", a.argv, a.envp ? a.envp : environ, AT_EMPTY_PATH);
+  } else if (a.envp) {
     ::execvpe(a.argv[0], a.argv, a.envp);
   } else {
     ::execvp(a.argv[0], a.argv);

@@ -10,6 +10,8 @@
 #include <sys/types.h>
 
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -83,6 +85,39 @@ struct SpawnOptions {
   // starts see them, and the namespace the copy came from keeps its size: a runtime binary
   // started so reads and copies a mount table that does not grow with the instances.
   std::vector<std::pair<int, std::string>> attach_mounts;
+  // >= 0: the program is this fd (execveat AT_EMPTY_PATH; argv[0] only names it), e.g. a
+  // SealedExecutable's. `exec_keep` holds whatever keeps the fd open while these options live.
+  int exec_fd = -1;
+  std::shared_ptr<const void> exec_keep;
+};
+
+// A sealed in-memory copy of an executable (memfd with write, grow, shrink and seal
+// sealed), for starting it often: OCI runtimes re-exec themselves from such a copy unless
+// they already run from one (the CVE-2019-5736 defence: a container must not be able to
+// rewrite the host's binary through /proc/self/exe), which costs them a copy or a bind
+// mount, a second exec and a second dynamic link on every call. Current() hands out the
+// copy, made again when the file at `path` changes (an upgrade takes effect at once).
+// Thread-safe.
+class SealedExecutable {
+ public:
+  static Result<std::unique_ptr<SealedExecutable>> Create(const std::string& path);
+  // The copy of what is at the path now; the file is stat'ed on each call.
+  Result<std::shared_ptr<const UniqueFd>> Current();
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit SealedExecutable(std::string path) : path_(std::move(path)) {}
+  Status Refresh();  // with mu_ held
+  std::string path_;
+  std::mutex mu_;
+  std::shared_ptr<const UniqueFd> fd_;
+  struct Key {
+    dev_t dev = 0;
+    ino_t ino = 0;
+    off_t size = 0;
+    int64_t mtime_ns = 0, ctime_ns = 0;
+    bool operator==(const Key&) const = default;
+  } key_;
 };
 
 // A detached copy of the mount (tree) at `path`, or of `path` as a bind if it is no

@@ -1,6 +1,7 @@
 #include "sys/sys.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -141,6 +142,59 @@ TEST(SpawnTest, AttachToAMissingPathFailsBeforeExec) {
   auto r = sys::Run(so);
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("move_mount"), std::string::npos) << r.error().message;
+}
+
+}  // namespace
+}  // namespace space::sys
+
+namespace space::sys {
+namespace {
+
+Status CopyFile(const std::string& from, const std::string& to) {
+  auto data = ReadFile(from);
+  if (!data) return tl::unexpected(data.error());
+  SPACE_TRY(WriteFileAtomic(to + ".tmp", *data, 0755));
+  if (::rename((to + ".tmp").c_str(), to.c_str()) != 0) return ErrnoFail("rename");
+  return Ok();
+}
+
+TEST(SealedExecutableTest, RunsFromASealedCopyThatFollowsTheFile) {
+  auto dir = TempDir::Create();
+  ASSERT_TRUE(dir);
+  const std::string path = dir->path() + "/prog";
+  ASSERT_TRUE(CopyFile("/bin/readlink", path));
+  auto se = SealedExecutable::Create(path);
+  ASSERT_TRUE(se) << se.error().message;
+  auto fd = (*se)->Current();
+  ASSERT_TRUE(fd) << fd.error().message;
+  // Exactly the seals runc and crun accept as "already cloned".
+  EXPECT_EQ(::fcntl((*fd)->get(), F_GET_SEALS), F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
+  EXPECT_LT(::write((*fd)->get(), "x", 1), 0);
+  EXPECT_EQ(errno, EPERM);
+
+  // The child runs the copy, not the file: its /proc/self/exe is the memfd.
+  auto r = sys::Run({.argv = {path, "/proc/self/exe"}, .exec_fd = (*fd)->get(), .exec_keep = *fd});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->exit_code, 0);
+  EXPECT_EQ(r->out.rfind("/memfd:prog", 0), 0u) << r->out;
+
+  // Unchanged file: the same copy. A new file at the path: a new copy of it.
+  auto again = (*se)->Current();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->get(), fd->get());
+  ASSERT_TRUE(CopyFile("/bin/false", path));
+  auto changed = (*se)->Current();
+  ASSERT_TRUE(changed);
+  EXPECT_NE(changed->get(), fd->get());
+  r = sys::Run({.argv = {path}, .exec_fd = (*changed)->get(), .exec_keep = *changed});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->exit_code, 1);  // false, not readlink
+  // The earlier copy stays valid for whoever still holds it.
+  EXPECT_EQ(::fcntl((*fd)->get(), F_GET_SEALS), F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
+
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  EXPECT_FALSE((*se)->Current());
+  EXPECT_FALSE(SealedExecutable::Create(dir->path()));  // a directory
 }
 
 }  // namespace

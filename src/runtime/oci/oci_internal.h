@@ -97,6 +97,13 @@ class OciRuntime final : public Runtime {
     so.argv = {binary_, "--root", runtime_root_};
     so.argv.insert(so.argv.end(), args.begin(), args.end());
     so.mount_ns_fd = ns_ ? ns_->fd() : -1;
+    if (sealed_) {
+      // From the sealed copy: the runtime then skips copying itself before it runs.
+      if (auto fd = sealed_->Current()) {
+        so.exec_fd = (*fd)->get();
+        so.exec_keep = *fd;
+      }
+    }
     return so;
   }
   Result<sys::RunResult> RunRuntime(std::vector<std::string> args,
@@ -119,6 +126,8 @@ class OciRuntime final : public Runtime {
 
   OciOptions opts_;
   std::string binary_;        // resolved path of crun/runc
+  // binary_ in a sealed memfd (sys.h); null if none could be made (then binary_ is run).
+  std::unique_ptr<sys::SealedExecutable> sealed_;
   std::string runtime_root_;  // state_dir/<crun|runc>
   std::string bundles_dir_, run_dir_;
   std::vector<sys::Hierarchy> hierarchies_;

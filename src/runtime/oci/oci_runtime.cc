@@ -174,6 +174,12 @@ Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
   auto bin = FindExecutable(opts.runtime_binary);
   if (!bin) return tl::unexpected(bin.error());
   rt->binary_ = *bin;
+  if (auto sealed = sys::SealedExecutable::Create(rt->binary_)) {
+    rt->sealed_ = std::move(*sealed);
+  } else {
+    spdlog::warn("oci: runs {} from its path ({}); each call copies it first", rt->binary_,
+                 sealed.error().message);
+  }
   if (Basename(rt->binary_) == "crun") {
     rt->seccomp_profile_ = oci::SeccompProfile();
     auto bpf = oci::CompileSeccompBpf(rt->seccomp_profile_);
