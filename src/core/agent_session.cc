@@ -68,7 +68,7 @@ Result<std::shared_ptr<AgentSession>> AgentSession::Connect(const std::string& s
   const int64_t deadline = MonotonicNanos() + timeout_ms * 1000000;
   sys::UniqueFd fd;
   Error last{Errc::kUnavailable, 0, "agent socket did not appear"};
-  int delay_us = 500;
+  int delay_us = 100;
   for (;;) {
     auto c = ConnectUnix(socket_path);
     if (c) {
@@ -81,10 +81,11 @@ Result<std::shared_ptr<AgentSession>> AgentSession::Connect(const std::string& s
                                                std::to_string(timeout_ms) + " ms: " + last.message);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
-    // A fresh agent binds its socket within a few ms of its start: look every ms at
-    // first (a failed connect costs microseconds), then back off to 20 ms.
+    // A fresh agent binds its socket within a ms of the runtime's return (0.5 ms p50 after
+    // crun's): look after 0.1, 0.3, 0.7 ms and then every ms at first (a failed connect
+    // costs microseconds), then back off to 20 ms.
     const bool early = MonotonicNanos() < deadline - (timeout_ms - 200) * 1000000;
-    delay_us = early ? 1000 : std::min(delay_us * 2, 20000);
+    delay_us = early ? std::min(delay_us * 2, 1000) : std::min(delay_us * 2, 20000);
   }
   // Ask for the HELLO explicitly: an agent on a serial port may not have noticed that its
   // previous host went away (a quick detach and re-attach), and would otherwise go on

@@ -304,6 +304,27 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
   op.request = {{"snapshot", snapshot}};
   op.created_ms = op.updated_ms = sb->rec.created_ms;
   if (impl_->config.admit_sandbox) SPACE_TRY(impl_->config.admit_sandbox(sb->rec));
+  // The job starts before the record is committed and makes the root filesystem while
+  // the commit waits for the disk (the two fsyncs overlap); it goes on only once the
+  // record is in. A crash in between leaves a root without a record, which recovery
+  // removes as an orphan. Only for ids made here: a caller's id might be another
+  // create's, and its root is not this one's to remove.
+  struct Recorded {
+    std::promise<bool> p;
+    bool set = false;
+    void Set(bool ok) { if (!set) p.set_value(ok); set = true; }
+    ~Recorded() { Set(false); }
+  } recorded;
+  std::shared_future<bool> go = recorded.p.get_future().share();
+  const bool early_root = req.id.empty();
+  auto job = [impl = impl_.get(), sb, op, digest, snapshot, go] {
+    impl->RunCreate(sb, op, digest, snapshot, go);
+    impl->creating.fetch_sub(1);
+  };
+  if (early_root) {
+    uncount.n = nullptr;  // the job uncounts it
+    impl_->Enqueue(job);
+  }
   if (auto st = impl_->store->PutSandboxAndOperation(sb->rec, op); !st) {
     if (impl_->config.sandbox_gone) impl_->config.sandbox_gone(sb->rec.id);
     return tl::unexpected(st.error());
@@ -311,23 +332,45 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
   impl_->NoteCommit(sb->rec);
   impl_->AddSandbox(sb);
   auto rec = sb->rec;
-  uncount.n = nullptr;  // RunCreate uncounts it
-  impl_->Enqueue([impl = impl_.get(), sb, op, digest, snapshot] {
-    impl->RunCreate(sb, op, digest, snapshot);
-    impl->creating.fetch_sub(1);
-  });
+  recorded.Set(true);  // after the copy above: the job changes sb->rec from now on
+  if (!early_root) {
+    uncount.n = nullptr;  // RunCreate uncounts it
+    impl_->Enqueue(job);
+  }
   return std::make_pair(op, rec);
 }
 
+Result<std::string> Platform::Impl::MakeRoot(const store::SandboxRecord& rec, const std::string& digest,
+                                             const std::string& snapshot) {
+  const Json* lj = JsonField(rec.spec, "limits");
+  const int64_t disk_bytes = LimitsFromJson(lj ? *lj : Json::object()).disk_bytes;
+  auto root = snapshot.empty() ? storage->CreateRoot(rec.id, DigestHex(digest), disk_bytes)
+                               : storage->CreateRootFromSnapshot(rec.id, snapshot, disk_bytes);
+  if (!root) return tl::unexpected(std::move(root.error()).Wrap("create root filesystem"));
+  ReadAheadShell(*root);
+  return root;
+}
+
 void Platform::Impl::RunCreate(std::shared_ptr<Sandbox> sb, store::OperationRecord op,
-                               std::string digest, std::string snapshot) {
-  op.state = "running";
-  SaveOperation(op);
+                               std::string digest, std::string snapshot,
+                               std::shared_future<bool> recorded) {
+  // Until `recorded` is ready CreateSandbox may still read sb->rec: read it only.
+  std::optional<Result<std::string>> root;
+  if (recorded.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    auto* rt = RuntimeFor(sb->rec);
+    if (rt && !rt->Caps().own_disk) root = MakeRoot(sb->rec, digest, snapshot);
+  }
+  if (!recorded.get()) {
+    if (root && *root) (void)storage->DeleteRoot(sb->rec.id);
+    return;
+  }
+  // The operation goes from pending to its end in one step: a "running" state on disk
+  // would cost a commit on every create and tell recovery nothing (both are interrupted).
   Status st;
   Json result = {{"sandbox_id", sb->rec.id}};
   {
     std::lock_guard lock(sb->mu);
-    st = BringUp(sb, digest, snapshot, &op, result);
+    st = BringUp(sb, digest, snapshot, &op, result, std::move(root));
   }
   if (st) {
     self->notifier().Notify("sb:" + sb->rec.id);
@@ -340,12 +383,10 @@ void Platform::Impl::RunCreate(std::shared_ptr<Sandbox> sb, store::OperationReco
 
 Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::string& digest,
                                const std::string& snapshot, store::OperationRecord* done,
-                               Json result) {
+                               Json result, std::optional<Result<std::string>> made_root) {
   auto* rt = RuntimeFor(sb->rec);
   auto run = [&]() -> Status {
     if (!rt) return Fail(Errc::kInvalidArgument, "runtime " + sb->rec.runtime + " is gone");
-    const Json* lj = JsonField(sb->rec.spec, "limits");
-    runtime::Limits limits = LimitsFromJson(lj ? *lj : Json::object());
     const int64_t t0 = MonotonicNanos();
     runtime::InstanceSpec spec;
     if (rt->Caps().own_disk) {
@@ -359,11 +400,8 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
         spec.template_digest = digest;
       }
     } else {
-      auto root = snapshot.empty()
-                      ? storage->CreateRoot(sb->rec.id, DigestHex(digest), limits.disk_bytes)
-                      : storage->CreateRootFromSnapshot(sb->rec.id, snapshot, limits.disk_bytes);
-      if (!root) return tl::unexpected(std::move(root.error()).Wrap("create root filesystem"));
-      ReadAheadShell(*root);
+      auto root = made_root ? std::move(*made_root) : MakeRoot(sb->rec, digest, snapshot);
+      if (!root) return tl::unexpected(root.error());
       spec = InstanceSpecFor(sb->rec, *root);
     }
     const int64_t t1 = MonotonicNanos();

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <set>
 #include <memory>
@@ -246,8 +247,13 @@ struct Platform::Impl {
   Result<std::shared_ptr<Sandbox>> NewSandbox(const CreateSandboxRequest& req,
                                               std::string* source_digest,
                                               std::string* source_snapshot);
+  // `recorded` turns true once CreateSandbox has committed the sandbox's record, false if
+  // that failed: the root filesystem is made meanwhile (see CreateSandbox).
   void RunCreate(std::shared_ptr<Sandbox> sb, store::OperationRecord op, std::string digest,
-                 std::string snapshot);
+                 std::string snapshot, std::shared_future<bool> recorded);
+  // A new sandbox's root filesystem, from the template layer `digest` or the snapshot.
+  Result<std::string> MakeRoot(const store::SandboxRecord& rec, const std::string& digest,
+                               const std::string& snapshot);
   // Warm pools (pools.cc). Members are ordinary sandbox rows with spec.pool = template ref,
   // hidden from listings until claimed.
   std::mutex pool_mu;            // guards refilling (one refill at a time)
@@ -264,9 +270,10 @@ struct Platform::Impl {
   // releases what it made and marks the sandbox error. Caller holds sb->mu. With `done`,
   // success commits the running sandbox and *done (finished as succeeded with `result`)
   // in one transaction; without, the sandbox alone.
+  // `root`: made already by MakeRoot (or its error), for runtimes without their own disk.
   Status BringUp(const std::shared_ptr<Sandbox>& sb, const std::string& digest,
                  const std::string& snapshot, store::OperationRecord* done = nullptr,
-                 Json result = {});
+                 Json result = {}, std::optional<Result<std::string>> root = std::nullopt);
   void RunSnapshot(std::shared_ptr<Sandbox> sb, store::OperationRecord op, std::string snap_id);
   void RunFork(std::shared_ptr<Sandbox> sb, store::OperationRecord op,
                std::vector<std::shared_ptr<Sandbox>> children);
