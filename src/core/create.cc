@@ -332,6 +332,10 @@ Result<std::pair<store::OperationRecord, store::SandboxRecord>> Platform::Create
   impl_->NoteCommit(sb->rec);
   impl_->AddSandbox(sb);
   auto rec = sb->rec;
+  // Told now, in state creating (GET /v1/events shows the sandbox being created, then
+  // its change to running), before the job can change it.
+  notifier_.Notify("sb:" + rec.id);
+  notifier_.Notify("op:" + op.id);
   recorded.Set(true);  // after the copy above: the job changes sb->rec from now on
   if (!early_root) {
     uncount.n = nullptr;  // RunCreate uncounts it
