@@ -37,6 +37,11 @@ Result<UniqueFd> SealedCopy(int src, off_t size, const std::string& name) {
 
 }  // namespace
 
+SealedExecutable::Key SealedExecutable::KeyOf(const struct stat& st) {
+  return Key{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec,
+             st.st_ctim.tv_sec * 1000000000ll + st.st_ctim.tv_nsec};
+}
+
 Result<std::unique_ptr<SealedExecutable>> SealedExecutable::Create(const std::string& path) {
   std::unique_ptr<SealedExecutable> se(new SealedExecutable(path));
   std::lock_guard l(se->mu_);
@@ -53,10 +58,7 @@ Result<std::shared_ptr<const UniqueFd>> SealedExecutable::Current() {
 Status SealedExecutable::Refresh() {
   struct stat st;
   if (::stat(path_.c_str(), &st) != 0) return ErrnoFail("stat " + path_);
-  Key key{st.st_dev, st.st_ino, st.st_size,
-          st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec,
-          st.st_ctim.tv_sec * 1000000000ll + st.st_ctim.tv_nsec};
-  if (fd_ && key == key_) return Ok();
+  if (fd_ && KeyOf(st) == key_) return Ok();
   if (!S_ISREG(st.st_mode)) return Fail(Errc::kInvalidArgument, path_ + " is not a file");
   auto src = Open(path_, O_RDONLY);
   if (!src) return tl::unexpected(src.error());
@@ -66,9 +68,7 @@ Status SealedExecutable::Refresh() {
   auto copy = SealedCopy(src->get(), now.st_size, name);
   if (!copy) return tl::unexpected(copy.error());
   // Keyed by what was opened: a file replaced between stat and open is copied again next time.
-  key_ = Key{now.st_dev, now.st_ino, now.st_size,
-             now.st_mtim.tv_sec * 1000000000ll + now.st_mtim.tv_nsec,
-             now.st_ctim.tv_sec * 1000000000ll + now.st_ctim.tv_nsec};
+  key_ = KeyOf(now);
   fd_ = std::make_shared<const UniqueFd>(std::move(*copy));
   return Ok();
 }

@@ -7,6 +7,7 @@
 // Everything is opened O_CLOEXEC.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <map>
@@ -118,6 +119,7 @@ class SealedExecutable {
     int64_t mtime_ns = 0, ctime_ns = 0;
     bool operator==(const Key&) const = default;
   } key_;
+  static Key KeyOf(const struct stat& st);
 };
 
 // A detached copy of the mount (tree) at `path`, or of `path` as a bind if it is no
