@@ -74,14 +74,14 @@ Result<std::string> MakeBareBundle(const std::string& dir, const std::string& ro
 }
 
 // The same bundle as a sandbox's (issue 17: "≤ 1.5× bare `crun run -d` of the same
-// bundle"): its config.json — user namespace, seccomp filter, capabilities, cgroup limits,
+// bundle"): its config.json (crun's copy, in crun's state) — user namespace, seccomp filter, capabilities, cgroup limits,
 // masked paths, mounts — with `echo hi` as the process. Sources of mounts that spaced makes
 // per sandbox (its run dir, files in its bundle) become fresh copies in `dir`, since crun runs
 // in the helper namespace where those mounts are not; the sandbox's root stays its root.
 Result<std::string> MakeSameBundle(const std::string& dir, const std::string& sandbox_bundle,
-                                   const std::string& rootfs) {
+                                   const std::string& sandbox_config, const std::string& rootfs) {
   SPACE_TRY(sys::MkdirAll(dir));
-  auto text = sys::ReadFile(sandbox_bundle + "/config.json");
+  auto text = sys::ReadFile(sandbox_config);
   if (!text) return tl::unexpected(text.error());
   auto j = ParseJson(*text);
   if (!j) return Fail(Errc::kInternal, "sandbox config.json: bad JSON");
@@ -399,7 +399,9 @@ int main(int argc, char** argv) {
     auto tmp = sys::TempDir::Create("/tmp", "space-bench-same-");
     if (tmp) ::chmod(tmp->path().c_str(), 0711);
     std::string ns = data_dir + "/runtime/oci/ns/mnt";
+    // The bundle's config.json goes once crun has started the sandbox; crun's copy stays.
     auto bundle = tmp ? MakeSameBundle(tmp->path() + "/bundle", data_dir + "/runtime/oci/bundles/" + id,
+                                       data_dir + "/runtime/oci/crun/" + id + "/config.json",
                                        data_dir + "/storage/pool/roots/" + id)
                       : Result<std::string>(tl::unexpected(tmp.error()));
     if (!bundle) {

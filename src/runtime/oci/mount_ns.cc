@@ -130,6 +130,30 @@ Status PrepareInside(int ns_fd, const std::vector<std::string>& unmount_inside) 
   return Ok();
 }
 
+// Whether the namespace sees each of `dirs` on the file system the host sees it on: a
+// namespace copied before a directory became a mount of its own (e.g. the runtime's
+// tmpfs) still shows the directory beneath it, and the runtime binary would read and
+// write where the daemon does not look.
+Result<bool> SameFilesystemsInside(int ns_fd, const std::vector<std::string>& dirs) {
+  std::vector<const char*> paths;
+  std::vector<dev_t> devs;
+  for (const auto& d : dirs) {
+    struct stat st;
+    if (::stat(d.c_str(), &st) != 0) return ErrnoFail("stat " + d);
+    paths.push_back(d.c_str());
+    devs.push_back(st.st_dev);
+  }
+  auto r = RunInChild(ns_fd, [&]() -> int {
+    for (size_t i = 0; i < paths.size(); ++i) {
+      struct stat st;
+      if (::stat(paths[i], &st) != 0 || st.st_dev != devs[i]) return ESTALE;
+    }
+    return 0;
+  });
+  if (!r) return tl::unexpected(r.error());
+  return *r == 0;
+}
+
 // Written beside the nsfs bind once a namespace is made private (this version); one
 // without it was made by an older spaced, as a slave receiving the shared dirs' mounts.
 constexpr const char* kPrivateMarker = "/mnt.private";
@@ -148,13 +172,20 @@ Result<HelperMountNs> HelperMountNs::Ensure(const Options& opts) {
   std::vector<std::string> unmount = opts.unmount_inside;
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto fd = sys::Open(file, O_RDONLY);
+    bool same = false;
     if (fd && IsMountNsFd(fd->get()) && sys::Exists(marker)) {
+      auto r = SameFilesystemsInside(fd->get(), opts.private_dirs);
+      if (!r) return tl::unexpected(std::move(r.error()).Wrap("helper mount namespace"));
+      same = *r;
+    }
+    if (same) {
       SPACE_TRY_WRAP(PrepareInside(fd->get(), unmount), "helper mount namespace");
       ns.fd_ = std::move(*fd);
       return ns;
     }
     if (attempt == 1) break;
-    // Stale: a plain file after a reboot, or a namespace of an older spaced.
+    // Stale: a plain file after a reboot, a namespace of an older spaced, or one that sees
+    // other file systems at the private dirs than the host does.
     fd = sys::UniqueFd();
     (void)::unlink(marker.c_str());
     while (sys::IsMountPoint(file)) {

@@ -16,8 +16,10 @@
 // is then as small as this one: with the host's mounts shared in, both grew with every
 // sandbox (issue 17, docs/benchmarks-density.md "Create and delete rates").
 //
-// A namespace made by an older spaced (a slave that received the shared dirs' mounts) is
-// not re-used: it is replaced, and the mounts it had received go with it.
+// A namespace made by an older spaced (a slave that received the shared dirs' mounts), or
+// one that sees another file system at a private dir than the host does (the dir became a
+// mount of its own after the namespace was made), is not re-used: it is replaced, and the
+// mounts it had received go with it.
 //
 // Ownership: the object owns an fd of the namespace (for sys::SpawnOptions::mount_ns_fd);
 // the namespace itself persists on disk. Methods are const and thread-safe. The daemon

@@ -169,9 +169,14 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
   bp.uid_count = opts_.uid_count;
   bp.memory_swap = memory_swap_;
   Json cfg = oci::BuildOciConfig(spec, bp);
-  if (!seccomp_bpf_b64_.empty() && cfg["linux"]["seccomp"] == seccomp_profile_)
+  if (!seccomp_bpf_b64_.empty() && cfg["linux"]["seccomp"] == seccomp_profile_) {
+    // crun loads the precompiled filter from the annotation and needs no profile beside
+    // it (it applies a filter when either is there): config.json, and crun's copy of it in
+    // its state, shrink from ~37 to ~17 KB per sandbox.
     cfg["annotations"]["run.oci.seccomp_bpf_data"] = seccomp_bpf_b64_;
-  std::string config = cfg.dump(1);
+    cfg["linux"].erase("seccomp");
+  }
+  std::string config = cfg.dump();
   {
     // No fsync: a bundle never outlives a crash usefully (Destroy removes it).
     auto f = sys::Open(bundle + "/config.json", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
@@ -217,6 +222,9 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
     return Fail(Errc::kInternal,
                 Basename(binary_) + " run: " + how + (text.empty() ? "" : ": " + text));
   }
+  // crun (and runc) keep their own copy in their state; this one would only take tmpfs
+  // pages for the sandbox's lifetime.
+  (void)::unlink((bundle + "/config.json").c_str());
   ShieldAgentFromOom(id);
   return Ok();
 }

@@ -1,0 +1,218 @@
+// Integration tests of the oci runtime's own state against the real crun: a second
+// runtime object (a daemon restart) taking over, the helper mount namespace crun runs in
+// on hybrid hosts, and the tmpfs that holds the runtime's bookkeeping. See oci_test.cc.
+#include <linux/magic.h>
+#include <sys/statfs.h>
+
+#include "common/json.h"
+#include "runtime/oci/oci_test_fixture.h"
+
+namespace space::runtime {
+namespace {
+
+using namespace oci_testing;
+using sys::CgroupLayout;
+
+TEST_F(OciTest, SecondRuntimeObjectTakesOver) {
+  ASSERT_TRUE(Start(Spec("keep")));
+  ASSERT_TRUE(ConnectWithRetry(rt_->AgentSocketPath("keep")));
+  // A daemon restart: a fresh runtime object on the same state dir (and helper namespace).
+  auto rt2 = CreateOciRuntime(opts_);
+  ASSERT_TRUE(rt2) << rt2.error().message;
+  Runtime* second = rt2->get();
+  others_.push_back(std::move(*rt2));
+  auto st = second->Inspect("keep");
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_EQ(*st, InstanceState::kRunning);
+  auto list = second->List();
+  ASSERT_TRUE(list);
+  EXPECT_EQ(*list, std::vector<std::string>{"keep"});
+  EXPECT_EQ(second->AgentSocketPath("keep"), rt_->AgentSocketPath("keep"));
+  ASSERT_TRUE(second->Pause("keep"));
+  ASSERT_TRUE(second->Resume("keep"));
+  // New instances through the new object work too (the namespace was re-used).
+  ASSERT_TRUE(StartOn(second, Spec("fresh")));
+  ASSERT_TRUE(Ask(second->AgentSocketPath("fresh"), "facts"));
+  std::vector<pid_t> pids = CgroupPids("keep");
+  auto d = second->Destroy("keep");
+  ASSERT_TRUE(d) << d.error().message;
+  for (pid_t p : pids) EXPECT_FALSE(ProcessAlive(p));
+  ExpectNoTraces(rt_.get(), opts_, "keep");
+}
+
+// What crun reads (/proc/mounts, in each container's new namespace) and copies (the
+// namespace it unshares per container) is the helper namespace's table plus one start's
+// mounts: it must not grow with the instances running (issue 17: creates got slower
+// with every sandbox, most of it crun in the kernel walking and copying mounts).
+TEST_F(OciTest, HelperNamespaceDoesNotGrowWithInstances) {
+  if (layout_ != CgroupLayout::kHybrid) GTEST_SKIP() << "no helper namespace on this host";
+  auto helper_mounts = [&] {
+    sys::SpawnOptions so;
+    so.argv = {"nsenter", "--mount=" + opts_.state_dir + "/ns/mnt", "cat", "/proc/self/mountinfo"};
+    auto r = sys::RunChecked(so);
+    EXPECT_TRUE(r) << r.error().message;
+    // Only mounts under this test's state dir: the helper namespace receives the host's
+    // mounts (a slave of it), and other tests running at once mount and unmount their own.
+    if (!r) return -1L;
+    long n = 0;
+    std::istringstream lines(r->out);
+    for (std::string line; std::getline(lines, line);) n += line.find(opts_.state_dir) != std::string::npos;
+    return n;
+  };
+  const auto before = helper_mounts();
+  for (const char* id : {"grow1", "grow2", "grow3"}) {
+    ASSERT_TRUE(Start(Spec(id)));
+    auto facts = Ask(rt_->AgentSocketPath(id), "facts");
+    ASSERT_TRUE(facts) << facts.error().message;
+  }
+  EXPECT_EQ(helper_mounts(), before);
+  // Inside a container: its own few mounts, not one per other instance.
+  auto inside = Ask(rt_->AgentSocketPath("grow3"), "sh cat /proc/self/mountinfo");
+  ASSERT_TRUE(inside);
+  EXPECT_EQ(inside->find("/bundles/grow1"), std::string::npos) << *inside;
+  EXPECT_EQ(inside->find("/run/grow2"), std::string::npos) << *inside;
+  for (const char* id : {"grow1", "grow2", "grow3"}) {
+    ASSERT_TRUE(rt_->Destroy(id));
+    ExpectNoTraces(rt_.get(), opts_, id);
+  }
+}
+
+// A helper namespace of an older spaced (a slave that received every sandbox's mounts)
+// is replaced, not re-used.
+TEST_F(OciTest, HelperNamespaceOfAnOlderSpacedIsReplaced) {
+  if (layout_ != CgroupLayout::kHybrid) GTEST_SKIP() << "no helper namespace on this host";
+  const std::string ns = opts_.state_dir + "/ns/mnt";
+  auto helper_mountinfo = [&] {
+    sys::SpawnOptions so;
+    so.argv = {"nsenter", "--mount=" + ns, "cat", "/proc/self/mountinfo"};
+    auto r = sys::RunChecked(so);
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? r->out : std::string();
+  };
+  // A mount the old namespace holds (as one that received every sandbox's would).
+  const std::string mark = opts_.state_dir + "/bundles/oldmark";
+  ASSERT_TRUE(sys::MkdirAll(mark, 0700));
+  sys::SpawnOptions so;
+  so.argv = {"nsenter", "--mount=" + ns, "mount", "-t", "tmpfs", "none", mark};
+  ASSERT_TRUE(sys::RunChecked(so));
+  ASSERT_NE(helper_mountinfo().find(mark + " "), std::string::npos);
+  rt_.reset();
+  // Re-used while it is of this version...
+  auto again = CreateOciRuntime(opts_);
+  ASSERT_TRUE(again) << again.error().message;
+  again->reset();
+  EXPECT_NE(helper_mountinfo().find(mark + " "), std::string::npos);
+  // ...replaced once it is not (no marker: made by an older spaced).
+  ASSERT_EQ(::unlink((opts_.state_dir + "/ns/mnt.private").c_str()), 0);
+  auto rt = CreateOciRuntime(opts_);
+  ASSERT_TRUE(rt) << rt.error().message;
+  rt_ = std::move(*rt);
+  EXPECT_EQ(helper_mountinfo().find(mark + " "), std::string::npos);
+  EXPECT_EQ(::rmdir(mark.c_str()), 0);  // not an instance's bundle
+  EXPECT_TRUE(sys::Exists(opts_.state_dir + "/ns/mnt.private"));
+  ASSERT_TRUE(Start(Spec("newer")));
+  ASSERT_TRUE(Ask(rt_->AgentSocketPath("newer"), "facts"));
+}
+
+TEST_F(OciTest, HelperNamespaceIsRecreatedWhenGone) {
+  if (layout_ != CgroupLayout::kHybrid) GTEST_SKIP() << "no helper namespace on this host";
+  std::string ns = opts_.state_dir + "/ns/mnt";
+  ASSERT_TRUE(sys::IsMountPoint(ns));
+  rt_.reset();
+  // What a reboot leaves: the ns file as a plain file, no bind mounts.
+  for (const auto& m : sys::MountsUnder(opts_.state_dir)) ASSERT_EQ(::umount2(m.c_str(), 0), 0);
+  auto rt = CreateOciRuntime(opts_);
+  ASSERT_TRUE(rt) << rt.error().message;
+  rt_ = std::move(*rt);
+  EXPECT_TRUE(sys::IsMountPoint(ns));
+  ASSERT_TRUE(Start(Spec("reb")));
+  auto facts = Ask(rt_->AgentSocketPath("reb"), "facts");
+  ASSERT_TRUE(facts) << facts.error().message;
+}
+
+
+// The runtime's bookkeeping lives on tmpfs mounts of its own (as crun's default root under
+// /run does), kept across daemons: a second runtime object re-uses them, stacks nothing.
+TEST_F(OciTest, RuntimeStateIsOnATmpfs) {
+  const std::vector<std::string> dirs = {opts_.state_dir + "/crun", opts_.state_dir + "/bundles",
+                                         opts_.state_dir + "/run"};
+  auto on_tmpfs = [](const std::string& d) {
+    struct statfs fs;
+    return ::statfs(d.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+  };
+  auto mounts_at = [](const std::string& d) {
+    auto mi = sys::ReadFile("/proc/self/mountinfo");
+    size_t n = 0;
+    for (size_t at = 0; mi && (at = mi->find(" " + d + " ", at)) != std::string::npos; ++at) ++n;
+    return n;
+  };
+  for (const auto& d : dirs) {
+    EXPECT_TRUE(on_tmpfs(d)) << d;
+    EXPECT_EQ(mounts_at(d), 1u) << d;
+  }
+  ASSERT_TRUE(Start(Spec("vol")));
+  ASSERT_TRUE(Ask(rt_->AgentSocketPath("vol"), "facts"));
+  // With crun the filter is precompiled: the config carries it as an annotation, not as a
+  // profile of ~20 KB more. Once started, only crun's copy of the config is kept.
+  EXPECT_FALSE(sys::Exists(opts_.state_dir + "/bundles/vol/config.json"));
+  auto cfg = sys::ReadFile(opts_.state_dir + "/crun/vol/config.json");
+  ASSERT_TRUE(cfg);
+  auto j = ParseJson(*cfg);
+  ASSERT_TRUE(j);
+  EXPECT_FALSE((*j)["linux"].contains("seccomp"));
+  EXPECT_FALSE((*j)["annotations"].value("run.oci.seccomp_bpf_data", "").empty());
+  auto inside = Ask(rt_->AgentSocketPath("vol"), "sh grep Seccomp: /proc/self/status");
+  ASSERT_TRUE(inside);
+  EXPECT_NE(inside->find("Seccomp:\t2"), std::string::npos) << *inside;
+
+  auto rt2 = CreateOciRuntime(opts_);
+  ASSERT_TRUE(rt2) << rt2.error().message;
+  Runtime* second = rt2->get();
+  others_.push_back(std::move(*rt2));
+  for (const auto& d : dirs) EXPECT_EQ(mounts_at(d), 1u) << d;
+  auto st = second->Inspect("vol");
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_EQ(*st, InstanceState::kRunning);
+  ASSERT_TRUE(second->Destroy("vol"));
+  ExpectNoTraces(second, opts_, "vol");
+}
+
+// A state dir that holds instances of an earlier start (an older spaced's, on disk) is left
+// where it is; once a later start finds it empty it moves to a tmpfs, and the helper mount
+// namespace copied before then (which would show crun the directory beneath) is replaced.
+TEST_F(OciTest, StateOnDiskMovesToATmpfsOnceEmpty) {
+  OciOptions o = opts_;
+  o.state_dir = tmp_.path() + "/state2";
+  const std::string old_bundle = o.state_dir + "/bundles/from-before";
+  ASSERT_TRUE(sys::MkdirAll(old_bundle, 0711));
+  ASSERT_EQ(::chmod((o.state_dir).c_str(), 0711), 0);
+  auto on_tmpfs = [](const std::string& d) {
+    struct statfs fs;
+    return ::statfs(d.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+  };
+  {
+    auto rt = CreateOciRuntime(o);
+    ASSERT_TRUE(rt) << rt.error().message;
+    EXPECT_FALSE(on_tmpfs(o.state_dir + "/bundles"));
+    EXPECT_TRUE(on_tmpfs(o.state_dir + "/crun"));
+    Runtime* r = rt->get();
+    others_.push_back(std::move(*rt));
+    ASSERT_TRUE(StartOn(r, Spec("disk")));
+    ASSERT_TRUE(Ask(r->AgentSocketPath("disk"), "facts"));
+    ASSERT_TRUE(r->Destroy("disk"));
+  }
+  ASSERT_EQ(::rmdir(old_bundle.c_str()), 0);
+  auto rt = CreateOciRuntime(o);
+  ASSERT_TRUE(rt) << rt.error().message;
+  EXPECT_TRUE(on_tmpfs(o.state_dir + "/bundles"));
+  Runtime* r = rt->get();
+  others_.push_back(std::move(*rt));
+  auto started = StartOn(r, Spec("mem"));
+  ASSERT_TRUE(started) << started.error().message;
+  ASSERT_TRUE(Ask(r->AgentSocketPath("mem"), "facts"));
+  ASSERT_TRUE(r->Destroy("mem"));
+  ExpectNoTraces(r, o, "mem");
+}
+
+}  // namespace
+}  // namespace space::runtime
