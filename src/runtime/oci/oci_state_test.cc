@@ -214,5 +214,21 @@ TEST_F(OciTest, StateOnDiskMovesToATmpfsOnceEmpty) {
   ExpectNoTraces(r, o, "mem");
 }
 
+
+// On cgroup v1 the sandboxes' cpuset parent copies its cpus and mems to each new child at
+// mkdir, so crun's writes of them change nothing (no O(sandboxes) validation and
+// scheduler-domain rebuild per create).
+TEST_F(OciTest, CpusetChildrenAreClonedFromTheParent) {
+  const sys::Hierarchy* h = sys::FindHierarchy(hier_, "cpuset");
+  if (!h || h->v2) GTEST_SKIP() << "no cgroup v1 cpuset hierarchy";
+  EXPECT_EQ(ReadTrim(h->mount_point + "/" + opts_.cgroup_parent + "/cgroup.clone_children"), "1");
+  ASSERT_TRUE(Start(Spec("cpus")));
+  ASSERT_TRUE(Ask(rt_->AgentSocketPath("cpus"), "facts"));
+  EXPECT_EQ(ReadTrim(CgroupDir("cpuset", "cpus") + "/cpuset.cpus"),
+            ReadTrim(h->mount_point + "/cpuset.cpus"));
+  EXPECT_EQ(ReadTrim(CgroupDir("cpuset", "cpus") + "/cpuset.mems"),
+            ReadTrim(h->mount_point + "/cpuset.mems"));
+}
+
 }  // namespace
 }  // namespace space::runtime
