@@ -262,8 +262,19 @@ Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
             {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}),
       Mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}),
       Mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
-      Mount("/sys/fs/cgroup", "cgroup", "cgroup", {"nosuid", "noexec", "nodev", "relatime", "ro"}),
   });
+  if (p.cgroup_skeleton.empty()) {
+    mounts.push_back(
+        Mount("/sys/fs/cgroup", "cgroup", "cgroup", {"nosuid", "noexec", "nodev", "relatime", "ro"}));
+  } else {
+    const Json ro = {"bind", "ro", "nosuid", "nodev", "noexec"};
+    mounts.push_back({{"destination", "/sys/fs/cgroup"},
+                      {"type", "bind"},
+                      {"source", p.cgroup_skeleton},
+                      {"options", ro}});
+    for (const auto& [host, inside] : p.cgroup_binds)
+      mounts.push_back({{"destination", inside}, {"type", "bind"}, {"source", host}, {"options", ro}});
+  }
   // The agent's mount points live on the sandbox's run tmpfs (bound here and again at
   // kAgentRunDir), so nothing is written into the sandbox's root beyond the empty /.space
   // directory it is mounted on, and no tmpfs of its own is needed.

@@ -48,6 +48,13 @@ struct BundleParams {
   // crun masks every path itself.
   std::string empty_dir;
   std::vector<std::string> masked_dirs;
+  // cgroup v1 (crun): /sys/fs/cgroup is a read-only bind of `cgroup_skeleton` (a host
+  // directory with one empty subdirectory per hierarchy) and each hierarchy a read-only
+  // bind of the sandbox's own cgroup there (host dir -> path inside), instead of the
+  // `cgroup` mount for which crun makes a tmpfs: one superblock fewer per sandbox. The
+  // cgroup directories must exist before the runtime mounts them. Empty: the `cgroup` mount.
+  std::string cgroup_skeleton;
+  std::vector<std::pair<std::string, std::string>> cgroup_binds;
 };
 
 // Paths inside the sandbox that read as empty: files become /dev/null, directories an

@@ -304,5 +304,44 @@ TEST(BundleTest, FewSuperblocksPerSandbox) {
   EXPECT_EQ(plain["linux"]["maskedPaths"].size(), MaskedPaths().size());
 }
 
+
+// On cgroup v1 /sys/fs/cgroup is a read-only bind of a host skeleton and each hierarchy a
+// read-only bind of the sandbox's cgroup, after /sys: no `cgroup` mount, for which crun
+// would make a tmpfs per sandbox.
+TEST(BundleTest, CgroupV1ByBindsWithoutATmpfs) {
+  BundleParams p = Params();
+  p.cgroup_skeleton = "/state/cgroupfs";
+  p.cgroup_binds = {{"/sys/fs/cgroup/memory/space/sb-1", "/sys/fs/cgroup/memory"},
+                    {"/sys/fs/cgroup/pids/space/sb-1", "/sys/fs/cgroup/pids"}};
+  Json cfg = BuildOciConfig(Spec(), p);
+  size_t i = 0, i_sys = 0, i_skel = 0, i_mem = 0, i_pids = 0;
+  for (const auto& m : cfg["mounts"]) {
+    EXPECT_NE(m["type"], "cgroup") << m.dump();
+    if (m["destination"] == "/sys") i_sys = i;
+    if (m["destination"] == "/sys/fs/cgroup") i_skel = i;
+    if (m["destination"] == "/sys/fs/cgroup/memory") i_mem = i;
+    if (m["destination"] == "/sys/fs/cgroup/pids") i_pids = i;
+    ++i;
+  }
+  EXPECT_LT(i_sys, i_skel);
+  EXPECT_LT(i_skel, i_mem);
+  EXPECT_LT(i_skel, i_pids);
+  const Json* skel = FindMount(cfg, "/sys/fs/cgroup");
+  ASSERT_NE(skel, nullptr);
+  EXPECT_EQ((*skel)["source"], "/state/cgroupfs");
+  for (const char* d : {"/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids"}) {
+    const Json* m = FindMount(cfg, d);
+    ASSERT_NE(m, nullptr) << d;
+    EXPECT_EQ((*m)["type"], "bind") << d;
+    auto o = (*m)["options"].get<std::vector<std::string>>();
+    EXPECT_NE(std::find(o.begin(), o.end(), "ro"), o.end()) << d;
+  }
+  EXPECT_EQ((*FindMount(cfg, "/sys/fs/cgroup/memory"))["source"], "/sys/fs/cgroup/memory/space/sb-1");
+  // Without a skeleton: the `cgroup` mount, as before.
+  Json plain = BuildOciConfig(Spec(), Params());
+  ASSERT_NE(FindMount(plain, "/sys/fs/cgroup"), nullptr);
+  EXPECT_EQ((*FindMount(plain, "/sys/fs/cgroup"))["type"], "cgroup");
+}
+
 }  // namespace
 }  // namespace space::runtime::oci

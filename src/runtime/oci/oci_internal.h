@@ -138,6 +138,11 @@ class OciRuntime final : public Runtime {
   Json seccomp_profile_;
   std::string seccomp_bpf_b64_;
   // BundleParams::empty_dir and masked_dirs, fixed at Open.
+  // cgroup v1 with crun: /sys/fs/cgroup inside is a bind of this skeleton (one empty
+  // directory per v1 hierarchy, named as on the host) with each hierarchy's sandbox cgroup
+  // bound on its directory (BundleParams::cgroup_skeleton). Empty otherwise.
+  std::string cgroup_skeleton_;
+  std::vector<std::string> cgroup_bound_;  // the v1 hierarchies' mount points
   std::string empty_dir_;
   std::vector<std::string> masked_dirs_;
 

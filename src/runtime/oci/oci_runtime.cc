@@ -144,6 +144,30 @@ void CloneCpusetsFromParent(const std::vector<sys::Hierarchy>& hierarchies,
     spdlog::debug("oci: cannot set clone_children on {}: creates rebuild the scheduler domains", dir);
 }
 
+// The host directory bound read-only at /sys/fs/cgroup in sandboxes on cgroup v1
+// (BundleParams::cgroup_skeleton): an empty directory per v1 hierarchy, named after its
+// mount point, and a symlink per controller of a hierarchy named otherwise (cpu ->
+// cpu,cpuacct), as the host and crun's own tmpfs show them. Returns the mount points.
+Result<std::vector<std::string>> MakeCgroupSkeleton(const std::string& dir,
+                                                    const std::vector<sys::Hierarchy>& hs) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoFail("mkdir " + dir);
+  std::vector<std::string> bound;
+  for (const auto& h : hs) {
+    if (h.v2) continue;
+    const std::string name = Basename(h.mount_point);
+    const std::string sub = dir + "/" + name;
+    if (::mkdir(sub.c_str(), 0555) != 0 && errno != EEXIST) return ErrnoFail("mkdir " + sub);
+    for (const auto& c : h.controllers) {
+      if (c == name || c.rfind("name=", 0) == 0) continue;
+      if (::symlink(name.c_str(), (dir + "/" + c).c_str()) != 0 && errno != EEXIST)
+        return ErrnoFail("symlink " + dir + "/" + c);
+    }
+    bound.push_back(h.mount_point);
+  }
+  if (::chmod(dir.c_str(), 0555) != 0) return ErrnoFail("chmod " + dir);
+  return bound;
+}
+
 std::string Dirname(const std::string& p) {
   size_t s = p.find_last_of('/');
   if (s == std::string::npos) return ".";
@@ -330,6 +354,16 @@ Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
     for (const auto& m : oci::MaskedPaths()) {
       struct stat mst;
       if (::lstat(m.c_str(), &mst) == 0 && S_ISDIR(mst.st_mode)) rt->masked_dirs_.push_back(m);
+    }
+  }
+
+  if (kind == "crun" && *layout != CgroupLayout::kV2) {
+    auto bound = MakeCgroupSkeleton(sd + "/cgroupfs", rt->hierarchies_);
+    if (bound) {
+      rt->cgroup_skeleton_ = sd + "/cgroupfs";
+      rt->cgroup_bound_ = std::move(*bound);
+    } else {
+      spdlog::warn("oci: {}; sandboxes get crun's own /sys/fs/cgroup tmpfs", bound.error().message);
     }
   }
 

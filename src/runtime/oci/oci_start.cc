@@ -158,6 +158,20 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
       return ErrnoFail("remount volume bind " + at);
     bp.volume_binds.push_back({at, v.path, v.read_only});
   }
+  // The sandbox's cgroups are bound inside (BundleParams::cgroup_skeleton), so they exist
+  // before crun mounts: made here, each level in turn (crun uses them as they are; the
+  // cpuset parent copies its cpus and mems to them). Destroy removes them.
+  if (!cgroup_skeleton_.empty()) {
+    bp.cgroup_skeleton = cgroup_skeleton_;
+    for (const auto& mp : cgroup_bound_) {
+      const std::string parent = mp + "/" + opts_.cgroup_parent;
+      const std::string dir = mp + CgroupRel(id);
+      if ((::mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) ||
+          (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST))
+        return ErrnoFail("mkdir cgroup " + dir);
+      bp.cgroup_binds.emplace_back(dir, "/sys/fs/cgroup/" + Basename(mp));
+    }
+  }
   bp.root_path = root;
   bp.agent_binary = opts_.agent_binary;
   bp.run_dir = run;

@@ -60,6 +60,19 @@ TEST_F(OciTest, AgentRunsAsIsolatedPid1) {
     EXPECT_EQ(mi->out.find("/sys/fs/cgroup/unified"), std::string::npos) << mi->out;
   }
 
+  // Its own cgroups, read-only, at the usual paths: the limits read as set.
+  if (layout_ != CgroupLayout::kV2) {
+    auto cg = Ask(rt_->AgentSocketPath("iso"),
+                  "sh cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max; "
+                  "ls /sys/fs/cgroup; echo 1 > /sys/fs/cgroup/pids/notify_on_release; echo rc=$?");
+    ASSERT_TRUE(cg);
+    EXPECT_NE(cg->find(std::to_string(128ll << 20) + "\n64\n"), std::string::npos) << *cg;
+    EXPECT_NE(cg->find("memory"), std::string::npos) << *cg;
+    EXPECT_NE(cg->find("freezer"), std::string::npos) << *cg;
+    EXPECT_EQ(cg->find("unified"), std::string::npos) << *cg;
+    EXPECT_NE(cg->find("rc=1"), std::string::npos) << *cg;  // read-only
+  }
+
   // The writable run dir cannot fill the host's disk.
   auto fill = Ask(rt_->AgentSocketPath("iso"),
                   "sh dd if=/dev/zero of=/.space/run/big bs=1M count=10; echo rc=$?");
@@ -74,8 +87,9 @@ TEST_F(OciTest, AgentRunsAsIsolatedPid1) {
   EXPECT_FALSE(sys::Exists(rootfs_ + "/.space/bin"));
 
   // Superblocks of its own cost every memory cgroup on the host a shrinker slot and a
-  // list_lru: the sandbox mounts no tmpfs but /dev (and crun's /sys/fs/cgroup on hybrid
-  // hosts); /.space is the run tmpfs and masked directories bind one empty directory.
+  // list_lru: the sandbox mounts no tmpfs but /dev; /.space is the run tmpfs, masked
+  // directories bind one empty directory, and on cgroup v1 /sys/fs/cgroup binds a host
+  // skeleton and the sandbox's own cgroups (crun would make a tmpfs for it).
   auto mi = Ask(rt_->AgentSocketPath("iso"),
                 "sh cat /proc/self/mountinfo; echo acpi:; ls -A /proc/acpi; echo end");
   ASSERT_TRUE(mi);
@@ -97,8 +111,8 @@ TEST_F(OciTest, AgentRunsAsIsolatedPid1) {
     tmpfs[mount_point] = dev;
     devs.insert(dev);
   }
-  // /dev, the run tmpfs (at /.space and /.space/run), crun's /sys/fs/cgroup on hybrid hosts.
-  EXPECT_EQ(devs.size(), layout_ == CgroupLayout::kHybrid ? 3u : 2u) << *mi;
+  // /dev, the run tmpfs (at /.space and /.space/run).
+  EXPECT_EQ(devs.size(), 2u) << *mi;
   EXPECT_FALSE(tmpfs["/.space"].empty()) << *mi;
   EXPECT_EQ(tmpfs["/.space"], tmpfs["/.space/run"]) << *mi;
   EXPECT_EQ(tmpfs.count("/dev/shm"), 0u) << *mi;
