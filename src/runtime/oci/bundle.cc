@@ -212,6 +212,19 @@ Json SeccompProfile() {
   return profile;
 }
 
+int64_t DevTmpfsBytes(const Limits& limits) {
+  int64_t kib = 65536;
+  if (limits.memory_bytes > 0)
+    kib = std::max<int64_t>(1024, std::min<int64_t>(kib, limits.memory_bytes / 4096));
+  return kib * 1024;
+}
+
+const std::vector<std::string>& DevNodes() {
+  // What crun makes in a /dev of its own, and what the devices cgroup allows (below).
+  static const std::vector<std::string> kNodes = {"null", "zero", "full", "tty", "random", "urandom"};
+  return kNodes;
+}
+
 const std::vector<std::string>& MaskedPaths() {
   static const std::vector<std::string> kPaths = {
       "/proc/acpi",       "/proc/asound",    "/proc/kcore",        "/proc/keys",
@@ -246,23 +259,32 @@ Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
         {{"type", "RLIMIT_NOFILE"}, {"hard", spec.limits.nofile}, {"soft", spec.limits.nofile}}};
   }
 
-  // tmpfs pages are charged to the sandbox's memory cgroup but belong to no process, so
-  // a full tmpfs at the memory limit makes the OOM killer pick any process — the agent
-  // too. Each writable tmpfs is kept to a quarter of the limit (64 MiB at most, as Docker).
-  int64_t tmpfs_kib = 65536;
-  if (spec.limits.memory_bytes > 0)
-    tmpfs_kib = std::max<int64_t>(1024, std::min<int64_t>(tmpfs_kib, spec.limits.memory_bytes / 4096));
-  const std::string tmpfs_size = "size=" + std::to_string(tmpfs_kib) + "k";
+  const std::string tmpfs_size = "size=" + std::to_string(DevTmpfsBytes(spec.limits) / 1024) + "k";
   Json mounts = Json::array({
       Mount("/proc", "proc", "proc", {"nosuid", "noexec", "nodev"}),
-      // /dev/shm is a directory of this tmpfs (the agent makes it, mode 1777), not a tmpfs
-      // of its own: one superblock fewer per sandbox (see BundleParams::empty_dir).
-      Mount("/dev", "tmpfs", "tmpfs", {"nosuid", "noexec", "strictatime", "mode=755", tmpfs_size}),
-      Mount("/dev/pts", "devpts", "devpts",
-            {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}),
-      Mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}),
-      Mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
   });
+  // /dev/shm is a directory of /dev (the agent makes it, mode 1777), not a tmpfs of its
+  // own: one superblock fewer per sandbox (see BundleParams::empty_dir).
+  if (p.dev_in_run_dir) {
+    // nodev: the device nodes are binds of the host's, which keep their own mount flags.
+    mounts.push_back({{"destination", "/dev"},
+                      {"type", "bind"},
+                      {"source", p.run_dir + "/dev"},
+                      {"options", {"bind", "rw", "nosuid", "noexec", "nodev"}}});
+    for (const auto& name : DevNodes()) {
+      mounts.push_back({{"destination", "/dev/" + name},
+                        {"type", "bind"},
+                        {"source", "/dev/" + name},
+                        {"options", {"bind", "rw", "nosuid", "noexec"}}});
+    }
+  } else {
+    mounts.push_back(
+        Mount("/dev", "tmpfs", "tmpfs", {"nosuid", "noexec", "strictatime", "mode=755", tmpfs_size}));
+  }
+  mounts.push_back(Mount("/dev/pts", "devpts", "devpts",
+                         {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}));
+  mounts.push_back(Mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}));
+  mounts.push_back(Mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}));
   if (p.cgroup_skeleton.empty()) {
     mounts.push_back(
         Mount("/sys/fs/cgroup", "cgroup", "cgroup", {"nosuid", "noexec", "nodev", "relatime", "ro"}));

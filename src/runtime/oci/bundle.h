@@ -55,7 +55,19 @@ struct BundleParams {
   // cgroup directories must exist before the runtime mounts them. Empty: the `cgroup` mount.
   std::string cgroup_skeleton;
   std::vector<std::pair<std::string, std::string>> cgroup_binds;
+  // crun: /dev is `run_dir`/dev (DevDirEntries() made there by the runtime) bound
+  // read-write, with the host's device nodes (DevNodes()) bound on its files, instead of a
+  // tmpfs of its own: one superblock fewer per sandbox. The run tmpfs then needs
+  // DevTmpfsBytes() of room. false: a tmpfs at /dev whose nodes the runtime binary makes.
+  bool dev_in_run_dir = false;
 };
+
+// The size of a sandbox's /dev (its /dev/shm is a directory of it): a quarter of the
+// memory limit, 1 MiB to 64 MiB. tmpfs pages are charged to the memory cgroup but belong to
+// no process, so a full tmpfs at the limit would make the OOM killer pick any process.
+int64_t DevTmpfsBytes(const Limits& limits);
+// The device nodes every sandbox gets ("null", ...: /dev/<name> on the host and inside).
+const std::vector<std::string>& DevNodes();
 
 // Paths inside the sandbox that read as empty: files become /dev/null, directories an
 // empty read-only directory.

@@ -343,5 +343,39 @@ TEST(BundleTest, CgroupV1ByBindsWithoutATmpfs) {
   EXPECT_EQ((*FindMount(plain, "/sys/fs/cgroup"))["type"], "cgroup");
 }
 
+
+// With crun /dev is the run tmpfs's dev/ directory, the host's device nodes bound on its
+// files: the sandbox mounts no tmpfs of its own.
+TEST(BundleTest, DevOnTheRunTmpfs) {
+  BundleParams p = Params();
+  p.dev_in_run_dir = true;
+  Json cfg = BuildOciConfig(Spec(), p);
+  for (const auto& m : cfg["mounts"]) EXPECT_NE(m["type"], "tmpfs") << m.dump();
+  const Json* dev = FindMount(cfg, "/dev");
+  ASSERT_NE(dev, nullptr);
+  EXPECT_EQ((*dev)["type"], "bind");
+  EXPECT_EQ((*dev)["source"], p.run_dir + "/dev");
+  auto o = (*dev)["options"].get<std::vector<std::string>>();
+  for (const char* f : {"nosuid", "noexec", "nodev"})
+    EXPECT_NE(std::find(o.begin(), o.end(), f), o.end()) << f;
+  size_t i = 0, i_dev = 0, i_pts = 0;
+  std::vector<size_t> i_nodes;
+  for (const auto& m : cfg["mounts"]) {
+    if (m["destination"] == "/dev") i_dev = i;
+    if (m["destination"] == "/dev/pts") i_pts = i;
+    for (const auto& n : DevNodes()) {
+      if (m["destination"] == "/dev/" + n) {
+        EXPECT_EQ(m["source"], "/dev/" + n);
+        EXPECT_EQ(m["type"], "bind");
+        i_nodes.push_back(i);
+      }
+    }
+    ++i;
+  }
+  EXPECT_EQ(i_nodes.size(), DevNodes().size());
+  for (size_t n : i_nodes) EXPECT_LT(i_dev, n);
+  EXPECT_LT(i_dev, i_pts);
+}
+
 }  // namespace
 }  // namespace space::runtime::oci

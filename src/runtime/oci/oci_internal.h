@@ -122,6 +122,7 @@ class OciRuntime final : public Runtime {
   Status PauseResume(const std::string& id, bool pause);
   Status FreezeDirect(const std::string& id, bool freeze);
   void ShieldAgentFromOom(const std::string& id);
+  Status MakeDevDir(const std::string& dev, uint32_t owner);
   static Status UnmountAll(const std::string& path);
 
   OciOptions opts_;

@@ -91,16 +91,23 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
   // socket) and can reopen console.log through /proc/1/fd, and neither may fill the
   // host's disk. Its pages are charged to the writer's memory cgroup. Root inside the user
   // namespace owns it, so the agent can create its socket.
+  // With crun it also holds the sandbox's /dev (BundleParams::dev_in_run_dir): room for
+  // /dev/shm, and inodes for what programs keep there (its inodes are charged to the
+  // sandbox's memory cgroup like its pages).
   SPACE_TRY(UnmountAll(run));
   SPACE_TRY(sys::RemoveAll(run));
   if (::mkdir(run.c_str(), 0700) != 0) return ErrnoFail("mkdir " + run);
+  const bool dev_in_run = Basename(binary_) == "crun";
   uint32_t owner = opts_.user_namespace ? opts_.uid_shift : 0;
-  std::string tmpfs_opts = "size=" + std::to_string(kRunTmpfsBytes) +
-                           ",nr_inodes=256,mode=0700,uid=" + std::to_string(owner) +
-                           ",gid=" + std::to_string(owner);
+  std::string tmpfs_opts =
+      dev_in_run ? "size=" + std::to_string(kRunTmpfsBytes + oci::DevTmpfsBytes(spec.limits)) +
+                       ",nr_inodes=65536"
+                 : "size=" + std::to_string(kRunTmpfsBytes) + ",nr_inodes=256";
+  tmpfs_opts += ",mode=0700,uid=" + std::to_string(owner) + ",gid=" + std::to_string(owner);
   if (::mount("tmpfs", run.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
               tmpfs_opts.c_str()) != 0)
     return ErrnoFail("mount tmpfs on " + run);
+  if (dev_in_run) SPACE_TRY(MakeDevDir(run + "/dev", owner));
 
   oci::BundleParams bp;
   if (spec.network) {
@@ -172,6 +179,7 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
       bp.cgroup_binds.emplace_back(dir, "/sys/fs/cgroup/" + Basename(mp));
     }
   }
+  bp.dev_in_run_dir = dev_in_run;
   bp.root_path = root;
   bp.agent_binary = opts_.agent_binary;
   bp.run_dir = run;
@@ -240,6 +248,38 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
   // pages for the sandbox's lifetime.
   (void)::unlink((bundle + "/config.json").c_str());
   ShieldAgentFromOom(id);
+  return Ok();
+}
+
+// The sandbox's /dev as crun would make it in a tmpfs of its own: the files the host's
+// device nodes are bound on, the mount points of /dev/pts and /dev/mqueue, and the usual
+// symlinks; owned by the sandbox's root, who may add to it (/dev/shm, made by the agent).
+Status OciRuntime::MakeDevDir(const std::string& dev, uint32_t owner) {
+  auto own = [&](const std::string& path) -> Status {
+    if (::lchown(path.c_str(), owner, owner) != 0) return ErrnoFail("chown " + path);
+    return Ok();
+  };
+  if (::mkdir(dev.c_str(), 0755) != 0) return ErrnoFail("mkdir " + dev);
+  SPACE_TRY(own(dev));
+  for (const auto& name : oci::DevNodes()) {
+    const std::string f = dev + "/" + name;
+    auto fd = sys::Open(f, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0666);
+    if (!fd) return tl::unexpected(fd.error());
+    SPACE_TRY(own(f));
+  }
+  for (const char* d : {"pts", "mqueue"}) {
+    const std::string path = dev + "/" + d;
+    if (::mkdir(path.c_str(), 0755) != 0) return ErrnoFail("mkdir " + path);
+    SPACE_TRY(own(path));
+  }
+  static constexpr std::pair<const char*, const char*> kLinks[] = {
+      {"fd", "/proc/self/fd"},        {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"},
+      {"stderr", "/proc/self/fd/2"},  {"ptmx", "pts/ptmx"}};
+  for (const auto& [name, target] : kLinks) {
+    const std::string path = dev + "/" + name;
+    if (::symlink(target, path.c_str()) != 0) return ErrnoFail("symlink " + path);
+    SPACE_TRY(own(path));
+  }
   return Ok();
 }
 
