@@ -52,7 +52,8 @@ struct BundleParams {
   // directory with one empty subdirectory per hierarchy) and each hierarchy a read-only
   // bind of the sandbox's own cgroup there (host dir -> path inside), instead of the
   // `cgroup` mount for which crun makes a tmpfs: one superblock fewer per sandbox. The
-  // cgroup directories must exist before the runtime mounts them. Empty: the `cgroup` mount.
+  // runtime makes the cgroups before its mounts (crun joins them before it unshares the
+  // cgroup namespace). Empty: the `cgroup` mount.
   std::string cgroup_skeleton;
   std::vector<std::pair<std::string, std::string>> cgroup_binds;
   // crun: /dev is `run_dir`/dev (DevDirEntries() made there by the runtime) bound

@@ -165,19 +165,14 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
       return ErrnoFail("remount volume bind " + at);
     bp.volume_binds.push_back({at, v.path, v.read_only});
   }
-  // The sandbox's cgroups are bound inside (BundleParams::cgroup_skeleton), so they exist
-  // before crun mounts: made here, each level in turn (crun uses them as they are; the
-  // cpuset parent copies its cpus and mems to them). Destroy removes them.
+  // The sandbox's cgroups are bound inside (BundleParams::cgroup_skeleton). crun makes
+  // them before it mounts: it joins them before it unshares the cgroup namespace, and
+  // mounts after that. Making them here instead waited for the RCU grace period that
+  // WarmCgroupMigration starts, in the start's own path.
   if (!cgroup_skeleton_.empty()) {
     bp.cgroup_skeleton = cgroup_skeleton_;
-    for (const auto& mp : cgroup_bound_) {
-      const std::string parent = mp + "/" + opts_.cgroup_parent;
-      const std::string dir = mp + CgroupRel(id);
-      if ((::mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) ||
-          (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST))
-        return ErrnoFail("mkdir cgroup " + dir);
-      bp.cgroup_binds.emplace_back(dir, "/sys/fs/cgroup/" + Basename(mp));
-    }
+    for (const auto& mp : cgroup_bound_)
+      bp.cgroup_binds.emplace_back(mp + CgroupRel(id), "/sys/fs/cgroup/" + Basename(mp));
   }
   bp.dev_in_run_dir = dev_in_run;
   bp.root_path = root;
