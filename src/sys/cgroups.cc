@@ -209,6 +209,16 @@ Status KillAndRemoveCgroup(const std::vector<Hierarchy>& hierarchies, const std:
   return result;
 }
 
+bool InheritCpusetSets(const std::string& parent, const std::string& dir) {
+  for (const char* f : {"/cpuset.cpus", "/cpuset.mems"}) {
+    auto cur = sys::ReadFile(dir + f);
+    if (cur && cur->find_first_not_of(" \n") != std::string::npos) continue;
+    auto from = sys::ReadFile(parent + f);
+    if (!from || !WriteSmall(dir + f, *from)) return false;
+  }
+  return true;
+}
+
 Status JoinCgroup(const std::vector<Hierarchy>& hierarchies, const std::string& rel, pid_t pid) {
   std::string refused;
   for (const Hierarchy& h : hierarchies) {
@@ -224,14 +234,7 @@ Status JoinCgroup(const std::vector<Hierarchy>& hierarchies, const std::string& 
       dir += "/" + rel.substr(at, next - at);
       at = next + 1;
       if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) ok = false;
-      if (ok && cpuset) {
-        for (const char* f : {"/cpuset.cpus", "/cpuset.mems"}) {
-          auto cur = sys::ReadFile(dir + f);
-          if (cur && cur->find_first_not_of(" \n") != std::string::npos) continue;
-          auto from = sys::ReadFile(parent + f);
-          ok = ok && from && WriteSmall(dir + f, *from);
-        }
-      }
+      if (ok && cpuset) ok = InheritCpusetSets(parent, dir);
     }
     if (!ok || !WriteSmall(dir + "/cgroup.procs", std::to_string(pid)))
       refused += (refused.empty() ? "" : ", ") + h.mount_point;

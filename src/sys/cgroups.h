@@ -48,6 +48,11 @@ const Hierarchy* FindHierarchy(const std::vector<Hierarchy>& all, std::string_vi
 // container) leaves it running. An error names the hierarchies that refused it.
 [[nodiscard]] Status JoinCgroup(const std::vector<Hierarchy>& hierarchies, const std::string& rel, pid_t pid);
 
+// Gives the v1 cpuset cgroup `dir` the cpus and mems of `parent` (both directories) where
+// its own are empty, as a v1 cpuset needs before it can take a task. False if a read or
+// write failed.
+bool InheritCpusetSets(const std::string& parent, const std::string& dir);
+
 // Cgroup directories `rel` that still exist, over all hierarchies.
 std::vector<std::string> ExistingCgroupDirs(const std::vector<Hierarchy>& hierarchies,
                                             const std::string& rel);

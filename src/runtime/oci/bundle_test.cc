@@ -37,6 +37,17 @@ const Json* FindMount(const Json& cfg, const std::string& dest) {
   return nullptr;
 }
 
+// The position of the mount at `dest` in the config's list (mounts are made in order);
+// a missing one fails the test.
+size_t MountIndex(const Json& cfg, const std::string& dest) {
+  const Json& mounts = cfg["mounts"];
+  for (size_t i = 0; i < mounts.size(); ++i) {
+    if (mounts[i]["destination"] == dest) return i;
+  }
+  ADD_FAILURE() << "no mount at " << dest;
+  return std::string::npos;
+}
+
 bool HasNamespace(const Json& cfg, const std::string& type) {
   for (const auto& n : cfg["linux"]["namespaces"]) {
     if (n["type"] == type) return true;
@@ -251,13 +262,7 @@ TEST(BundleTest, AgentMountsLiveOnTheRunTmpfs) {
   ASSERT_NE(run, nullptr);
   EXPECT_EQ((*run)["source"], "/state/run/sb-1");
   // Order matters: /.space must be mounted before the binds inside it.
-  size_t i_space = 0, i_agent = 0, i = 0;
-  for (const auto& m : cfg["mounts"]) {
-    if (m["destination"] == "/.space") i_space = i;
-    if (m["destination"] == "/.space/bin/space-agent") i_agent = i;
-    ++i;
-  }
-  EXPECT_LT(i_space, i_agent);
+  EXPECT_LT(MountIndex(cfg, "/.space"), MountIndex(cfg, "/.space/bin/space-agent"));
   for (const char* d :
        {"/proc", "/dev", "/dev/pts", "/dev/mqueue", "/sys", "/sys/fs/cgroup"})
     EXPECT_NE(FindMount(cfg, d), nullptr) << d;
@@ -288,16 +293,8 @@ TEST(BundleTest, FewSuperblocksPerSandbox) {
   for (const char* f : {"/proc/kcore", "/proc/keys", "/proc/scsi"})
     EXPECT_EQ(std::count(masked.begin(), masked.end(), f), 1) << f;
   // After /proc and /sys, which they cover.
-  size_t i = 0, i_proc = 0, i_sys = 0, i_acpi = 0, i_fw = 0;
-  for (const auto& m : cfg["mounts"]) {
-    if (m["destination"] == "/proc") i_proc = i;
-    if (m["destination"] == "/sys") i_sys = i;
-    if (m["destination"] == "/proc/acpi") i_acpi = i;
-    if (m["destination"] == "/sys/firmware") i_fw = i;
-    ++i;
-  }
-  EXPECT_LT(i_proc, i_acpi);
-  EXPECT_LT(i_sys, i_fw);
+  EXPECT_LT(MountIndex(cfg, "/proc"), MountIndex(cfg, "/proc/acpi"));
+  EXPECT_LT(MountIndex(cfg, "/sys"), MountIndex(cfg, "/sys/firmware"));
   // Without an empty directory crun masks them all.
   Json plain = BuildOciConfig(Spec(), Params());
   EXPECT_EQ(FindMount(plain, "/proc/acpi"), nullptr);
@@ -314,18 +311,11 @@ TEST(BundleTest, CgroupV1ByBindsWithoutATmpfs) {
   p.cgroup_binds = {{"/sys/fs/cgroup/memory/space/sb-1", "/sys/fs/cgroup/memory"},
                     {"/sys/fs/cgroup/pids/space/sb-1", "/sys/fs/cgroup/pids"}};
   Json cfg = BuildOciConfig(Spec(), p);
-  size_t i = 0, i_sys = 0, i_skel = 0, i_mem = 0, i_pids = 0;
-  for (const auto& m : cfg["mounts"]) {
-    EXPECT_NE(m["type"], "cgroup") << m.dump();
-    if (m["destination"] == "/sys") i_sys = i;
-    if (m["destination"] == "/sys/fs/cgroup") i_skel = i;
-    if (m["destination"] == "/sys/fs/cgroup/memory") i_mem = i;
-    if (m["destination"] == "/sys/fs/cgroup/pids") i_pids = i;
-    ++i;
-  }
-  EXPECT_LT(i_sys, i_skel);
-  EXPECT_LT(i_skel, i_mem);
-  EXPECT_LT(i_skel, i_pids);
+  for (const auto& m : cfg["mounts"]) EXPECT_NE(m["type"], "cgroup") << m.dump();
+  const size_t i_skel = MountIndex(cfg, "/sys/fs/cgroup");
+  EXPECT_LT(MountIndex(cfg, "/sys"), i_skel);
+  EXPECT_LT(i_skel, MountIndex(cfg, "/sys/fs/cgroup/memory"));
+  EXPECT_LT(i_skel, MountIndex(cfg, "/sys/fs/cgroup/pids"));
   const Json* skel = FindMount(cfg, "/sys/fs/cgroup");
   ASSERT_NE(skel, nullptr);
   EXPECT_EQ((*skel)["source"], "/state/cgroupfs");
@@ -358,23 +348,15 @@ TEST(BundleTest, DevOnTheRunTmpfs) {
   auto o = (*dev)["options"].get<std::vector<std::string>>();
   for (const char* f : {"nosuid", "noexec", "nodev"})
     EXPECT_NE(std::find(o.begin(), o.end(), f), o.end()) << f;
-  size_t i = 0, i_dev = 0, i_pts = 0;
-  std::vector<size_t> i_nodes;
-  for (const auto& m : cfg["mounts"]) {
-    if (m["destination"] == "/dev") i_dev = i;
-    if (m["destination"] == "/dev/pts") i_pts = i;
-    for (const auto& n : DevNodes()) {
-      if (m["destination"] == "/dev/" + n) {
-        EXPECT_EQ(m["source"], "/dev/" + n);
-        EXPECT_EQ(m["type"], "bind");
-        i_nodes.push_back(i);
-      }
-    }
-    ++i;
+  const size_t i_dev = MountIndex(cfg, "/dev");
+  EXPECT_LT(i_dev, MountIndex(cfg, "/dev/pts"));
+  for (const auto& n : DevNodes()) {
+    EXPECT_LT(i_dev, MountIndex(cfg, "/dev/" + n)) << n;
+    const Json* m = FindMount(cfg, "/dev/" + n);
+    ASSERT_NE(m, nullptr) << n;
+    EXPECT_EQ((*m)["source"], "/dev/" + n);
+    EXPECT_EQ((*m)["type"], "bind");
   }
-  EXPECT_EQ(i_nodes.size(), DevNodes().size());
-  for (size_t n : i_nodes) EXPECT_LT(i_dev, n);
-  EXPECT_LT(i_dev, i_pts);
 }
 
 }  // namespace

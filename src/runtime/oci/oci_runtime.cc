@@ -4,8 +4,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/mount.h>
 #include <linux/magic.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -128,19 +128,13 @@ void CloneCpusetsFromParent(const std::vector<sys::Hierarchy>& hierarchies,
   const sys::Hierarchy* h = sys::FindHierarchy(hierarchies, "cpuset");
   if (!h || h->v2) return;
   const std::string dir = h->mount_point + "/" + parent;
-  auto write = [](const std::string& path, const std::string& value) {
-    auto fd = sys::Open(path, O_WRONLY);
-    return fd && sys::WriteAll(fd->get(), value);
-  };
-  bool ok = ::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST;
-  for (const char* f : {"/cpuset.cpus", "/cpuset.mems"}) {
-    if (!ok) break;
-    auto cur = sys::ReadFile(dir + f);
-    if (cur && cur->find_first_not_of(" \n") != std::string::npos) continue;
-    auto from = sys::ReadFile(h->mount_point + f);
-    ok = from && write(dir + f, *from);
+  bool ok = (::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST) &&
+            sys::InheritCpusetSets(h->mount_point, dir);
+  if (ok) {
+    auto fd = sys::Open(dir + "/cgroup.clone_children", O_WRONLY);
+    ok = fd && sys::WriteAll(fd->get(), "1");
   }
-  if (!ok || !write(dir + "/cgroup.clone_children", "1"))
+  if (!ok)
     spdlog::debug("oci: cannot set clone_children on {}: creates rebuild the scheduler domains", dir);
 }
 

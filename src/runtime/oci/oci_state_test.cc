@@ -131,15 +131,16 @@ TEST_F(OciTest, HelperNamespaceIsRecreatedWhenGone) {
 }
 
 
+bool OnTmpfs(const std::string& dir) {
+  struct statfs fs;
+  return ::statfs(dir.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+}
+
 // The runtime's bookkeeping lives on tmpfs mounts of its own (as crun's default root under
 // /run does), kept across daemons: a second runtime object re-uses them, stacks nothing.
 TEST_F(OciTest, RuntimeStateIsOnATmpfs) {
   const std::vector<std::string> dirs = {opts_.state_dir + "/crun", opts_.state_dir + "/bundles",
                                          opts_.state_dir + "/run"};
-  auto on_tmpfs = [](const std::string& d) {
-    struct statfs fs;
-    return ::statfs(d.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC;
-  };
   auto mounts_at = [](const std::string& d) {
     auto mi = sys::ReadFile("/proc/self/mountinfo");
     size_t n = 0;
@@ -147,7 +148,7 @@ TEST_F(OciTest, RuntimeStateIsOnATmpfs) {
     return n;
   };
   for (const auto& d : dirs) {
-    EXPECT_TRUE(on_tmpfs(d)) << d;
+    EXPECT_TRUE(OnTmpfs(d)) << d;
     EXPECT_EQ(mounts_at(d), 1u) << d;
   }
   ASSERT_TRUE(Start(Spec("vol")));
@@ -186,15 +187,11 @@ TEST_F(OciTest, StateOnDiskMovesToATmpfsOnceEmpty) {
   const std::string old_bundle = o.state_dir + "/bundles/from-before";
   ASSERT_TRUE(sys::MkdirAll(old_bundle, 0711));
   ASSERT_EQ(::chmod((o.state_dir).c_str(), 0711), 0);
-  auto on_tmpfs = [](const std::string& d) {
-    struct statfs fs;
-    return ::statfs(d.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC;
-  };
   {
     auto rt = CreateOciRuntime(o);
     ASSERT_TRUE(rt) << rt.error().message;
-    EXPECT_FALSE(on_tmpfs(o.state_dir + "/bundles"));
-    EXPECT_TRUE(on_tmpfs(o.state_dir + "/crun"));
+    EXPECT_FALSE(OnTmpfs(o.state_dir + "/bundles"));
+    EXPECT_TRUE(OnTmpfs(o.state_dir + "/crun"));
     Runtime* r = rt->get();
     others_.push_back(std::move(*rt));
     ASSERT_TRUE(StartOn(r, Spec("disk")));
@@ -204,7 +201,7 @@ TEST_F(OciTest, StateOnDiskMovesToATmpfsOnceEmpty) {
   ASSERT_EQ(::rmdir(old_bundle.c_str()), 0);
   auto rt = CreateOciRuntime(o);
   ASSERT_TRUE(rt) << rt.error().message;
-  EXPECT_TRUE(on_tmpfs(o.state_dir + "/bundles"));
+  EXPECT_TRUE(OnTmpfs(o.state_dir + "/bundles"));
   Runtime* r = rt->get();
   others_.push_back(std::move(*rt));
   auto started = StartOn(r, Spec("mem"));
