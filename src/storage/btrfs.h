@@ -6,16 +6,25 @@
 //   B/roots/<id>        writable snapshot of a layer or snapshot, one per sandbox
 //   B/snapshots/<id>    read-only snapshot of a root
 //   B/tmp/<name>        imports in progress; removed by Open() after a crash
+//   B/spare/<name>      writable snapshots of recently used layers, made ahead for
+//                       ClaimRoot (btrfs_spares.cc); removed by Open() and on destruction
 // Every other object is made by one snapshot ioctl straight under its final name: the
 // kernel commits a new snapshot in one transaction (and writes back the source's dirty
 // data first), so after a crash it exists complete or not at all, and needs no temporary.
 // A qgroup limit is set in that same transaction (qgroup inherit), not after it.
-// Holds no fds between calls, so Teardown() can unmount the pool while a driver exists.
+// Holds no fds between calls, so Teardown() can unmount the pool while a driver exists
+// (its spare-making thread holds them only while it makes or removes a spare).
 #pragma once
 
+#include <condition_variable>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "storage/storage.h"
 
@@ -28,6 +37,7 @@ class BtrfsDriver final : public Driver {
   [[nodiscard]] static Result<std::unique_ptr<Driver>> Open(const std::string& storage_dir,
                                                             const OpenOptions& opts);
 
+  ~BtrfsDriver() override;
   std::string_view Name() const override { return "btrfs"; }
   Status ImportLayer(const std::string& digest, const std::string& src_dir,
                      uint32_t uid_shift) override;
@@ -36,6 +46,9 @@ class BtrfsDriver final : public Driver {
   Status DeleteLayer(const std::string& digest) override;
   Result<std::string> CreateRoot(const std::string& id, const std::string& digest,
                                  int64_t quota_bytes) override;
+  Result<std::string> ClaimRoot(const std::string& id, const std::string& digest,
+                                int64_t quota_bytes) override;
+  Status SettleRoot(const std::string& id) override;
   std::string RootPath(const std::string& id) const override;
   Status Remount(const std::string& id) override;
   Status DeleteRoot(const std::string& id) override;
@@ -68,9 +81,38 @@ class BtrfsDriver final : public Driver {
   Status ImportLayerFrom(const std::string& digest, const std::string& src,
                          const std::string& what);
 
-  const std::string base_, layers_, roots_, snapshots_, tmp_;
+  const std::string base_, layers_, roots_, snapshots_, tmp_, spare_;
   std::mutex quota_mu_;
   bool quota_on_ = false;   // guarded by quota_mu_
+
+  // --- Spare roots (btrfs_spares.cc) ---
+  // A create pays for a snapshot's transaction commit (~2 ms here) before its sandbox can
+  // start. A spare made ahead is handed out by a rename instead; the commit that makes the
+  // rename safe from a power loss is the one that makes the next spare, off the create's
+  // path, and SettleRoot waits for it.
+  struct SpareKey {
+    std::string digest;
+    int64_t quota_bytes = 0;
+    auto operator<=>(const SpareKey&) const = default;
+  };
+  static constexpr size_t kSparesPerKey = 2;
+  static constexpr size_t kSpareKeys = 4;   // layers (and quotas) kept ready, most recent
+  void RemoveSpares(const std::vector<std::string>& names);
+  void DropSpares(const std::string& digest);   // the layer goes: its spares first
+  void SpareLoop();
+  std::mutex spare_mu_;
+  std::condition_variable spare_cv_;
+  // Guarded by spare_mu_:
+  std::map<SpareKey, std::vector<std::string>> spares_;   // ready, by layer and quota
+  std::vector<SpareKey> wanted_;                          // least recently claimed first
+  std::vector<std::string> unwanted_;                     // spares to remove
+  std::optional<SpareKey> making_;                        // the spare being made
+  uint64_t renamed_ = 0;   // claims so far; each claim's rename has this number
+  uint64_t settled_ = 0;   // every rename up to this one is committed
+  uint64_t failed_ = 0;    // a commit covering renames up to this one failed
+  std::map<std::string, uint64_t> unsettled_;   // root id -> its rename's number
+  bool stop_ = false;
+  std::thread spare_thread_;   // started by the first claim
 };
 
 }  // namespace space::storage

@@ -1,8 +1,12 @@
 #include "storage/storage.h"
 
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <spdlog/spdlog.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -12,6 +16,18 @@
 #include "sys/sys.h"
 
 namespace space::storage {
+
+void ReadAhead(const std::string& root, const char* rel_path) {
+  sys::UniqueFd dir(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) return;
+  open_how how{};
+  how.flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  sys::UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, dir.get(), rel_path, &how, sizeof how)));
+  struct stat st;
+  if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_WILLNEED);
+}
 
 namespace {
 

@@ -336,24 +336,14 @@ TEST_P(StorageTest, Quota) {
   ASSERT_FALSE(limited.empty());
   ASSERT_FALSE(free_root.empty());
 
-  auto write_mib = [](const std::string& path, int mib) -> int {
-    sys::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd) return errno;
-    std::string chunk(1 << 20, 'z');
-    for (int i = 0; i < mib; ++i) {
-      if (!sys::WriteAll(fd.get(), chunk)) return errno;
-    }
-    if (::fsync(fd.get()) != 0) return errno;
-    return 0;
-  };
-  EXPECT_EQ(write_mib(limited + "/small", 4), 0) << "under the limit must succeed";
-  EXPECT_EQ(write_mib(free_root + "/big", 32), 0);
-  int err = write_mib(limited + "/too-big", 32);
+  EXPECT_EQ(WriteMiB(limited + "/small", 4), 0) << "under the limit must succeed";
+  EXPECT_EQ(WriteMiB(free_root + "/big", 32), 0);
+  int err = WriteMiB(limited + "/too-big", 32);
   EXPECT_TRUE(err == EDQUOT || err == ENOSPC) << "got " << std::strerror(err);
   // What was written under the limit stays, the layer's data shows through, and the
   // root takes writes again once space is freed.
   EXPECT_EQ(::unlink((limited + "/too-big").c_str()), 0);
-  EXPECT_EQ(write_mib(limited + "/after", 2), 0);
+  EXPECT_EQ(WriteMiB(limited + "/after", 2), 0);
   struct stat st;
   ASSERT_EQ(::stat((limited + "/etc/big").c_str(), &st), 0);
   EXPECT_EQ(st.st_size, 16 << 20);
@@ -364,7 +354,7 @@ TEST_P(StorageTest, Quota) {
     ASSERT_TRUE(driver_->Remount("sb-quota"));
     ASSERT_EQ(::stat((limited + "/small").c_str(), &st), 0);
     EXPECT_EQ(st.st_size, 4 << 20);
-    EXPECT_NE(write_mib(limited + "/too-big", 32), 0);
+    EXPECT_NE(WriteMiB(limited + "/too-big", 32), 0);
   }
   ASSERT_TRUE(driver_->DeleteRoot("sb-quota"));
   ASSERT_TRUE(driver_->DeleteRoot("sb-free"));

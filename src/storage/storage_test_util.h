@@ -38,6 +38,18 @@ inline void WriteStr(const std::string& path, const std::string& data, mode_t mo
   ASSERT_EQ(::fchmod(fd->get(), mode), 0);
 }
 
+// Writes `mib` MiB to a new file and fsyncs it; 0 or the errno of what failed (EDQUOT or
+// ENOSPC past a quota).
+inline int WriteMiB(const std::string& path, int mib) {
+  sys::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd) return errno;
+  std::string chunk(1 << 20, 'z');
+  for (int i = 0; i < mib; ++i) {
+    if (!sys::WriteAll(fd.get(), chunk)) return errno;
+  }
+  return ::fsync(fd.get()) != 0 ? errno : 0;
+}
+
 inline struct stat Lstat(const std::string& path) {
   struct stat st {};
   EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path << ": " << std::strerror(errno);
