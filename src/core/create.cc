@@ -1,11 +1,6 @@
 // Sandbox creation: a request checked and turned into a sandbox record, then its instance
 // brought up (root filesystem, runtime, agent) on a worker.
-#include <fcntl.h>
-#include <linux/openat2.h>
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 
@@ -37,24 +32,6 @@ Status ValidateSandboxId(const std::string& id) {
     ok = (id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9');
   if (!ok) return Fail(Errc::kInvalidArgument, "a sandbox id is sb- and 16 of [a-z0-9], not \"" + id + "\"");
   return Ok();
-}
-
-// A new root is new inodes (a snapshot of the template's layer) with nothing in their page
-// cache, so the first command's exec of the shell read the binary from the disk: 1.5 ms of
-// execve against 0.2 ms for the next one (strace of the agent), and the first `echo` in a
-// warm-pool sandbox took ~1 ms longer than later ones. Read it ahead (asynchronously) while
-// the instance starts. Resolved inside the root: the template's /bin/sh may be a symlink,
-// and must never lead out of it; anything but a regular file is left alone.
-void ReadAheadShell(const std::string& rootfs) {
-  sys::UniqueFd dir(::open(rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!dir) return;
-  open_how how{};
-  how.flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
-  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
-  sys::UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, dir.get(), "bin/sh", &how, sizeof how)));
-  struct stat st;
-  if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return;
-  (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_WILLNEED);
 }
 
 }  // namespace
@@ -348,10 +325,11 @@ Result<std::string> Platform::Impl::MakeRoot(const store::SandboxRecord& rec, co
                                              const std::string& snapshot) {
   const Json* lj = JsonField(rec.spec, "limits");
   const int64_t disk_bytes = LimitsFromJson(lj ? *lj : Json::object()).disk_bytes;
-  auto root = snapshot.empty() ? storage->CreateRoot(rec.id, DigestHex(digest), disk_bytes)
+  // A claimed root is settled (safe from a power loss) by BringUp before it commits.
+  auto root = snapshot.empty() ? storage->ClaimRoot(rec.id, DigestHex(digest), disk_bytes)
                                : storage->CreateRootFromSnapshot(rec.id, snapshot, disk_bytes);
   if (!root) return tl::unexpected(std::move(root.error()).Wrap("create root filesystem"));
-  ReadAheadShell(*root);
+  storage::ReadAhead(*root, storage::kFirstExec);
   return root;
 }
 
@@ -364,18 +342,16 @@ void Platform::Impl::RunCreate(std::shared_ptr<Sandbox> sb, store::OperationReco
     auto* rt = RuntimeFor(sb->rec);
     if (rt && !rt->Caps().own_disk) root = MakeRoot(sb->rec, digest, snapshot);
   }
-  if (!recorded.get()) {
-    if (root && *root) (void)storage->DeleteRoot(sb->rec.id);
-    return;
-  }
   // The operation goes from pending to its end in one step: a "running" state on disk
   // would cost a commit on every create and tell recovery nothing (both are interrupted).
   Status st;
   Json result = {{"sandbox_id", sb->rec.id}};
+  bool unrecorded = false;
   {
     std::lock_guard lock(sb->mu);
-    st = BringUp(sb, digest, snapshot, &op, result, std::move(root));
+    st = BringUp(sb, digest, snapshot, &op, result, std::move(root), &recorded, &unrecorded);
   }
+  if (unrecorded) return;  // CreateSandbox failed; nobody was told of the sandbox
   if (st) {
     self->notifier().Notify("sb:" + sb->rec.id);
     self->notifier().Notify("op:" + op.id);
@@ -387,8 +363,18 @@ void Platform::Impl::RunCreate(std::shared_ptr<Sandbox> sb, store::OperationReco
 
 Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::string& digest,
                                const std::string& snapshot, store::OperationRecord* done,
-                               Json result, std::optional<Result<std::string>> made_root) {
+                               Json result, std::optional<Result<std::string>> made_root,
+                               const std::shared_future<bool>* recorded, bool* unrecorded) {
   auto* rt = RuntimeFor(sb->rec);
+  // The instance starts while CreateSandbox commits the record (its fsync is time the
+  // start can use); sb->rec is read only until the record is in. A crash before the commit
+  // leaves an instance and a root without a record: recovery removes both as orphans.
+  bool lost = false;
+  auto await_record = [&]() -> Status {
+    if (!recorded || recorded->get()) return Ok();
+    lost = true;
+    return Fail(Errc::kInternal, "the sandbox's record was not stored");
+  };
   auto run = [&]() -> Status {
     if (!rt) return Fail(Errc::kInvalidArgument, "runtime " + sb->rec.runtime + " is gone");
     const int64_t t0 = MonotonicNanos();
@@ -409,7 +395,10 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
       spec = InstanceSpecFor(sb->rec, *root);
     }
     const int64_t t1 = MonotonicNanos();
+    // A networked start writes the sandbox's addresses into its record.
+    if (StoredPolicy(sb->rec).internet()) SPACE_TRY(await_record());
     SPACE_TRY_WRAP(StartInstance(*sb, rt, std::move(spec)), "start " + sb->rec.runtime + " instance");
+    CrashPoint("create.started");
     const int64_t t2 = MonotonicNanos();
     SPACE_TRY_WRAP(ConnectAgent(sb, config.agent_connect_timeout_ms), "connect to agent");
     // Made now, not by the first command: a warm-pool claim should not pay for it.
@@ -417,6 +406,8 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
     const int64_t t3 = MonotonicNanos();
     spdlog::debug("create {}: root {:.1f} ms, start {:.1f} ms, agent {:.1f} ms", sb->rec.id,
                   (t1 - t0) / 1e6, (t2 - t1) / 1e6, (t3 - t2) / 1e6);
+    SPACE_TRY_WRAP(storage->SettleRoot(sb->rec.id), "root filesystem");
+    SPACE_TRY(await_record());
     sb->rec.state = "running";
     sb->rec.reason.clear();
     // New processes (from the template, or a snapshot of the filesystem alone): the
@@ -446,6 +437,11 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
     }
     (void)DestroyInstance(rt, sb->rec.id);
     (void)storage->DeleteRoot(sb->rec.id);
+    if (!lost) (void)await_record();
+    if (lost) {
+      if (unrecorded) *unrecorded = true;
+      return st;
+    }
     sb->rec.state = "error";
     sb->rec.reason = "create failed: " + st.error().message;
     (void)SaveSandbox(*sb);

@@ -271,9 +271,13 @@ struct Platform::Impl {
   // success commits the running sandbox and *done (finished as succeeded with `result`)
   // in one transaction; without, the sandbox alone.
   // `root`: made already by MakeRoot (or its error), for runtimes without their own disk.
+  // `recorded`: whether CreateSandbox stored the sandbox's record, if it may still be
+  // storing it; BringUp starts the instance meanwhile and waits before it changes sb->rec.
+  // Not stored: everything made is released, nothing is saved, and *unrecorded is set.
   Status BringUp(const std::shared_ptr<Sandbox>& sb, const std::string& digest,
                  const std::string& snapshot, store::OperationRecord* done = nullptr,
-                 Json result = {}, std::optional<Result<std::string>> root = std::nullopt);
+                 Json result = {}, std::optional<Result<std::string>> root = std::nullopt,
+                 const std::shared_future<bool>* recorded = nullptr, bool* unrecorded = nullptr);
   void RunSnapshot(std::shared_ptr<Sandbox> sb, store::OperationRecord op, std::string snap_id);
   void RunFork(std::shared_ptr<Sandbox> sb, store::OperationRecord op,
                std::vector<std::shared_ptr<Sandbox>> children);

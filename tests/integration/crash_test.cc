@@ -131,6 +131,31 @@ TEST(CrashCommandTest, CommandStartedBeforeItsRecordIsKilled) {
   EXPECT_EQ(r->out, "after\n");
 }
 
+// A crash once the instance runs, with the sandbox's record committed or not yet (a
+// create starts the instance while its record is being committed): after the restart
+// there is no instance, root or record left but a sandbox marked error, and creates work.
+TEST(CrashCreateTest, InstanceStartedWithOrWithoutItsRecordLeavesNothing) {
+  SPACE_REQUIRE_SANDBOXES();
+  Daemon d({"--crash-at", "create.started"});
+  ASSERT_TRUE(d.Start());
+  auto created = d.client().Call("POST", "/v1/sandboxes?wait=60s", Json::object());
+  EXPECT_FALSE(created) << "the daemon should have crashed before answering";
+  ASSERT_TRUE(d.WaitExit(30s));
+  d.SetExtraArgs({});
+  ASSERT_TRUE(d.Start());
+  auto& c = d.client();
+  auto all = c.ListSandboxes();
+  ASSERT_TRUE(all) << all.error().message;
+  for (const auto& s : *all) EXPECT_EQ(s.value("state", ""), "error") << s.dump();
+  EXPECT_EQ(sys::CountDirEntries(d.data_dir() + "/runtime/oci/crun"), 0u);
+  EXPECT_EQ(sys::CountDirEntries(d.data_dir() + "/storage/pool/roots"), 0u);
+  std::string sb = CreateSandbox(c);
+  ASSERT_FALSE(sb.empty());
+  auto r = c.Run(sb, Json{{"argv", {"echo", "after"}}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->out, "after\n");
+}
+
 INSTANTIATE_TEST_SUITE_P(Points, CrashTest,
                          ::testing::Values("snapshot.frozen", "snapshot.taken",
                                            "fork.parent_snapshot", "fork.child",
