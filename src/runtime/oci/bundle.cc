@@ -385,7 +385,6 @@ Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
       {"cgroupsPath", p.cgroups_path},
       // Host mount events must not reach into the sandbox.
       {"rootfsPropagation", "rprivate"},
-      {"seccomp", SeccompProfile()},
       {"maskedPaths", masked},
       {"readonlyPaths", {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}},
   };
@@ -396,7 +395,8 @@ Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
     linux["gidMappings"] = map;
   }
 
-  return Json{
+  if (p.seccomp_bpf_b64.empty()) linux["seccomp"] = SeccompProfile();
+  Json config{
       {"ociVersion", "1.0.2"},
       {"process", process},
       {"root", {{"path", p.root_path}, {"readonly", false}}},
@@ -404,6 +404,9 @@ Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
       {"mounts", mounts},
       {"linux", linux},
   };
+  if (!p.seccomp_bpf_b64.empty())
+    config["annotations"] = {{"run.oci.seccomp_bpf_data", p.seccomp_bpf_b64}};
+  return config;
 }
 
 }  // namespace space::runtime::oci

@@ -188,6 +188,19 @@ TEST(BundleTest, SeccompIoctlRefusesOnlyBtrfsVolumeCommands) {
   EXPECT_FALSE(allowed(0xffffffff5000940eull));  // junk in the ignored upper half
 }
 
+// With crun's precompiled filter the config carries it as an annotation and no JSON
+// profile (crun applies a filter when either is there; OciTest checks Seccomp: 2 inside).
+TEST(BundleTest, PrecompiledSeccompFilterReplacesTheProfile) {
+  BundleParams p = Params();
+  p.seccomp_bpf_b64 = "AAAA";
+  Json cfg = BuildOciConfig(Spec(), p);
+  EXPECT_FALSE(cfg["linux"].contains("seccomp"));
+  EXPECT_EQ(cfg["annotations"]["run.oci.seccomp_bpf_data"], "AAAA");
+  Json plain = BuildOciConfig(Spec(), Params());
+  EXPECT_EQ(plain["linux"]["seccomp"], SeccompProfile());
+  EXPECT_FALSE(plain.contains("annotations"));
+}
+
 TEST(BundleTest, NamespacesAndUserMapping) {
   Json cfg = BuildOciConfig(Spec(), Params());
   for (const char* ns : {"pid", "ipc", "uts", "mount", "network", "cgroup", "user"})

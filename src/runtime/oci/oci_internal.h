@@ -136,7 +136,6 @@ class OciRuntime final : public Runtime {
   std::optional<oci::HelperMountNs> ns_;
   // crun only: the seccomp profile compiled once, base64, for run.oci.seccomp_bpf_data
   // (crun would otherwise compile it on every start); empty = let the runtime compile.
-  Json seccomp_profile_;
   std::string seccomp_bpf_b64_;
   // BundleParams::empty_dir and masked_dirs, fixed at Open.
   // cgroup v1 with crun: /sys/fs/cgroup inside is a bind of this skeleton (one empty

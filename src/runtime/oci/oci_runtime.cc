@@ -251,8 +251,7 @@ Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
                  sealed.error().message);
   }
   if (Basename(rt->binary_) == "crun") {
-    rt->seccomp_profile_ = oci::SeccompProfile();
-    auto bpf = oci::CompileSeccompBpf(rt->seccomp_profile_);
+    auto bpf = oci::CompileSeccompBpf(oci::SeccompProfile());
     if (bpf) {
       std::string b64(sodium_base64_encoded_len(bpf->size(), sodium_base64_VARIANT_ORIGINAL), '\0');
       sodium_bin2base64(b64.data(), b64.size(), reinterpret_cast<const unsigned char*>(bpf->data()),
