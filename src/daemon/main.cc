@@ -420,7 +420,8 @@ int main(int argc, char** argv) {
   if (!signing) return Fatal("token signing keys", signing.error());
   auto store = store::Store::Open(data_dir + "/space.db");
   if (!store) return Fatal("open database", store.error());
-  auto storage = storage::Driver::Open(data_dir, storage_kind);
+  auto storage = storage::Driver::Open(data_dir, storage_kind,
+                                       {.spare_dirs = runtime::OciRootMountPoints()});
   if (!storage) return Fatal("open storage", storage.error());
   spdlog::info("storage driver: {}", (*storage)->Name());
 

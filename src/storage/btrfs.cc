@@ -98,13 +98,14 @@ Status MountPool(const std::string& image, const std::string& mnt, const OpenOpt
 
 }  // namespace
 
-BtrfsDriver::BtrfsDriver(std::string base)
+BtrfsDriver::BtrfsDriver(std::string base, std::vector<std::string> spare_dirs)
     : base_(std::move(base)),
       layers_(base_ + "/layers"),
       roots_(base_ + "/roots"),
       snapshots_(base_ + "/snapshots"),
       tmp_(base_ + "/tmp"),
-      spare_(base_ + "/spare") {}
+      spare_(base_ + "/spare"),
+      spare_dirs_(std::move(spare_dirs)) {}
 
 Result<std::unique_ptr<Driver>> BtrfsDriver::Open(const std::string& storage_dir,
                                                   const OpenOptions& opts) {
@@ -120,7 +121,12 @@ Result<std::unique_ptr<Driver>> BtrfsDriver::Open(const std::string& storage_dir
     return Fail(Errc::kUnavailable, base + ": not on btrfs");
   // The container's user-namespace root must be able to walk to roots/<id>.
   if (::chmod(base.c_str(), 0711) != 0) return ErrnoFail("chmod " + base);
-  std::unique_ptr<BtrfsDriver> d(new BtrfsDriver(base));
+  for (const auto& dir : opts.spare_dirs) {
+    if (dir.empty() || dir.size() > 255 || dir == "." || dir == ".." ||
+        dir.find('/') != std::string::npos || dir.find('\0') != std::string::npos)
+      return Fail(Errc::kInvalidArgument, "storage: bad spare directory name \"" + dir + "\"");
+  }
+  std::unique_ptr<BtrfsDriver> d(new BtrfsDriver(base, opts.spare_dirs));
   SPACE_TRY(MakeDir(d->layers_, 0700));
   SPACE_TRY(MakeDir(d->roots_, 0711));
   SPACE_TRY(MakeDir(d->snapshots_, 0700));

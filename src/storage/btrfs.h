@@ -71,7 +71,7 @@ class BtrfsDriver final : public Driver {
   const std::string& base() const { return base_; }
 
  private:
-  explicit BtrfsDriver(std::string base);
+  BtrfsDriver(std::string base, std::vector<std::string> spare_dirs);
   Status EnsureQuota();
   // A writable snapshot of `src` (a layer or snapshot, described by `what` in errors) as
   // roots/<id>, with its qgroup limit.
@@ -82,6 +82,7 @@ class BtrfsDriver final : public Driver {
                          const std::string& what);
 
   const std::string base_, layers_, roots_, snapshots_, tmp_, spare_;
+  const std::vector<std::string> spare_dirs_;   // OpenOptions::spare_dirs
   std::mutex quota_mu_;
   bool quota_on_ = false;   // guarded by quota_mu_
 

@@ -162,7 +162,12 @@ void BtrfsDriver::SpareLoop() {
         return SnapshotInto(src->get(), spare_, name, /*read_only=*/false,
                             static_cast<uint64_t>(key.quota_bytes));
       }();
-      if (st) ReadAhead(spare_ + "/" + name, kFirstExec);
+      if (st) {
+        if (auto root = OpenDir(spare_ + "/" + name)) {
+          for (const auto& dir : spare_dirs_) (void)::mkdirat(root->get(), dir.c_str(), 0755);
+        }
+        ReadAhead(spare_ + "/" + name, kFirstExec);
+      }
       l.lock();
       making_.reset();
       if (!st) {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/btrfs.h>
+#include <sys/stat.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -151,6 +152,32 @@ TEST_P(SpareRootsTest, SparesDoNotOutliveTheDriver) {
   Reopen();
   EXPECT_TRUE(Spares(storage()).empty());
   EXPECT_EQ(driver_->ListRoots(), std::vector<std::string>{"sb-1"});
+}
+
+TEST_P(SpareRootsTest, SpareRootsHaveTheRuntimesMountPoints) {
+  driver_.reset();
+  auto bad = Driver::Open(data_->path(), "btrfs", {.pool_bytes = kPoolBytes, .spare_dirs = {"../x"}});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::kInvalidArgument);
+  auto d = Driver::Open(data_->path(), "btrfs", {.pool_bytes = kPoolBytes, .spare_dirs = {".space"}});
+  ASSERT_TRUE(d) << d.error().message;
+  driver_ = std::move(*d);
+  auto src = SourceTree::Make();
+  WriteStr(src.path + "/.space", "a file of the template's");
+  Import("plain", SourceTree::Make().path);
+  Import("taken", src.path);
+  ASSERT_TRUE(driver_->ClaimRoot("sb-1", "plain", 0));
+  ASSERT_TRUE(driver_->ClaimRoot("sb-2", "taken", 0));
+  ASSERT_TRUE(WaitForSpares(storage(), 4));
+  auto made = driver_->ClaimRoot("sb-3", "plain", 0);
+  ASSERT_TRUE(made) << made.error().message;
+  struct stat st = Lstat(*made + "/.space");
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  // What the template has there is left alone.
+  auto kept = driver_->ClaimRoot("sb-4", "taken", 0);
+  ASSERT_TRUE(kept) << kept.error().message;
+  EXPECT_EQ(ReadStr(*kept + "/.space"), "a file of the template's");
 }
 
 INSTANTIATE_TEST_SUITE_P(Btrfs, SpareRootsTest, ::testing::Values("btrfs"),

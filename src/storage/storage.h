@@ -61,6 +61,10 @@ struct OpenOptions {
   // 0: $SPACE_POOL_SIZE ("68719476736", "64G", "512M"), else 64 GiB. Only used when the
   // image is first created; an existing image is never resized.
   uint64_t pool_bytes = 0;
+  // Directories (names in a root's top directory, mode 0755) made in each spare root as it
+  // is made (btrfs): the mount points a runtime makes in every new root, whose first write
+  // to a new subvolume cost a start 0.15-0.35 ms. An entry that exists is left alone.
+  std::vector<std::string> spare_dirs;
 };
 
 class Driver {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/common.h"
 #include "runtime/runtime.h"
@@ -46,5 +47,9 @@ struct OciOptions {
 // searchable by "other" (the runtime resolves bind sources as the container's root, which
 // is an unprivileged host uid); kInvalidArgument says which one is not.
 [[nodiscard]] Result<std::unique_ptr<Runtime>> CreateOciRuntime(const OciOptions& opts);
+
+// The directories every start makes in a sandbox's root (the agent's mount point), for
+// storage::OpenOptions::spare_dirs.
+std::vector<std::string> OciRootMountPoints();
 
 }  // namespace space::runtime

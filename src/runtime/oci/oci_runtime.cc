@@ -561,4 +561,6 @@ Result<std::unique_ptr<Runtime>> CreateOciRuntime(const OciOptions& opts) {
   return oci_impl::OciRuntime::Create(opts);
 }
 
+std::vector<std::string> OciRootMountPoints() { return {oci::kAgentDir + 1}; }  // "/.space"
+
 }  // namespace space::runtime
