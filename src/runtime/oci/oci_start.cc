@@ -71,12 +71,14 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
 
   // The agent's mount point. Created from the host without following symlinks; the
   // sandbox's own files are not touched. Everything else under /.space lives on a tmpfs.
+  // (A spare root from storage has it already: OciRootMountPoints.)
   {
     int rfd = ::open(spec.rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (rfd < 0) return ErrnoFail("open " + spec.rootfs);
     sys::UniqueFd g(rfd);
-    if (::mkdirat(rfd, ".space", 0755) != 0 && errno != EEXIST)
-      return ErrnoFail("mkdir " + spec.rootfs + "/.space");
+    const char* mount_point = oci::kAgentDir + 1;  // relative to the root
+    if (::mkdirat(rfd, mount_point, 0755) != 0 && errno != EEXIST)
+      return ErrnoFail("mkdir " + spec.rootfs + oci::kAgentDir);
   }
 
   // root.path is a bind of the rootfs inside the bundle rather than spec.rootfs itself:
