@@ -21,6 +21,7 @@
 // different ids may run concurrently; calls for one id must be serialised by the caller.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -38,6 +39,9 @@ struct OciOptions {
   std::string cgroup_parent = "space";  // cgroups at /<parent>/<id> in each hierarchy
   bool user_namespace = true;           // root inside -> host uid/gid uid_shift..+uid_count-1
   uint32_t uid_shift = 1000000, uid_count = 65536;
+  // Running sandboxes per file of the agent binary: beyond it, starts run identical
+  // copies under state_dir/agent (agent_copies.h says why).
+  size_t sandboxes_per_agent_file = 64;
 };
 
 // Checks the host (runtime binary, agent binary, cgroup layout, permissions), creates the

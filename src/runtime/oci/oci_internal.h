@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "runtime/oci/agent_copies.h"
 #include "runtime/oci/mount_ns.h"
 #include "runtime/oci/netns.h"
 #include "runtime/oci/oci.h"
@@ -145,6 +146,8 @@ class OciRuntime final : public Runtime {
   std::vector<std::string> cgroup_bound_;  // the v1 hierarchies' mount points
   std::string empty_dir_;
   std::vector<std::string> masked_dirs_;
+  // The agent binary's file for each start (state_dir/agent: copies, a file per 64 sandboxes).
+  std::unique_ptr<AgentCopies> agent_copies_;
 
   // The first cgroup migration after an idle spell waits for an RCU grace period (the
   // kernel's global cgroup_threadgroup_rwsem): 5-20 ms of crun joining the container's

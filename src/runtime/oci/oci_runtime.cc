@@ -327,6 +327,8 @@ Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
   SPACE_TRY(KeepInMemory(rt->runtime_root_, 0700));
   SPACE_TRY(KeepInMemory(rt->bundles_dir_, 0711));
   SPACE_TRY(KeepInMemory(rt->run_dir_, 0711));
+  rt->agent_copies_ = std::make_unique<AgentCopies>(rt->opts_.agent_binary, sd + "/agent",
+                                                    std::max<size_t>(1, opts.sandboxes_per_agent_file));
   if (opts.user_namespace) {
     SPACE_TRY(CheckOtherSearchable(rt->bundles_dir_, "state_dir"));
     SPACE_TRY(CheckOtherSearchable(rt->run_dir_, "state_dir"));
@@ -504,7 +506,10 @@ Status OciRuntime::Destroy(const std::string& id) {
 
   bool gone = !sys::Exists(state) && !sys::Exists(BundleDir(id)) && !sys::Exists(RunDir(id)) &&
               sys::ExistingCgroupDirs(hierarchies_, CgroupRel(id)).empty();
-  if (gone) return Ok();
+  if (gone) {
+    agent_copies_->Release(id);  // its agent is gone (cgroup empty and removed)
+    return Ok();
+  }
   std::string msg = "oci: destroy " + id + ":";
   for (const auto& p : problems) msg += " " + p + ";";
   if (problems.empty()) msg += " leftovers remain";

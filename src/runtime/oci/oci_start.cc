@@ -178,7 +178,7 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
   }
   bp.dev_in_run_dir = dev_in_run;
   bp.root_path = root;
-  bp.agent_binary = opts_.agent_binary;
+  bp.agent_binary = agent_copies_->Acquire(id);
   bp.run_dir = run;
   bp.empty_dir = empty_dir_;
   bp.masked_dirs = masked_dirs_;

@@ -227,5 +227,55 @@ TEST_F(OciTest, CpusetChildrenAreClonedFromTheParent) {
             ReadTrim(h->mount_point + "/cpuset.mems"));
 }
 
+// Each file of the agent binary serves at most sandboxes_per_agent_file running sandboxes
+// (agent_copies.h: the kernel's reverse map of a file mapped by thousands of processes
+// made every agent's exec wait). Beyond it a start runs an identical copy, a file of its
+// own; a destroyed sandbox frees its place on the original.
+TEST_F(OciTest, EachAgentFileServesAtMostItsShareOfSandboxes) {
+  OciOptions o = opts_;
+  o.state_dir = tmp_.path() + "/state-copies";
+  o.sandboxes_per_agent_file = 1;
+  ASSERT_TRUE(sys::MkdirAll(o.state_dir + "/agent", 0755));
+  ASSERT_TRUE(sys::WriteFileAtomic(o.state_dir + "/agent/space-agent.7", "left by an older spaced", 0755));
+  auto rt = CreateOciRuntime(o);
+  ASSERT_TRUE(rt) << rt.error().message;
+  Runtime* r = rt->get();
+  others_.push_back(std::move(*rt));
+  auto exe = [&](const std::string& id) {
+    struct stat st {};
+    pid_t p = InitHostPid(id);
+    if (p <= 0 || ::stat(("/proc/" + std::to_string(p) + "/exe").c_str(), &st) != 0) return ino_t{0};
+    return st.st_ino;
+  };
+  auto ino = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 ? st.st_ino : ino_t{0};
+  };
+  ASSERT_TRUE(StartOn(r, Spec("ac1")));
+  ASSERT_TRUE(StartOn(r, Spec("ac2")));
+  for (const char* id : {"ac1", "ac2"}) {
+    auto facts = Ask(r->AgentSocketPath(id), "facts");
+    ASSERT_TRUE(facts) << facts.error().message;
+    EXPECT_TRUE(StartsWith(*facts, "pid=1 uid=0 ")) << *facts;
+  }
+  const std::string copy = o.state_dir + "/agent/space-agent.1";
+  EXPECT_EQ(exe("ac1"), ino(init_));
+  EXPECT_EQ(exe("ac2"), ino(copy));
+  EXPECT_NE(ino(copy), ino(init_));
+  EXPECT_EQ(sys::ReadFile(copy).value_or(""), sys::ReadFile(init_).value_or("?"));
+  struct stat cs {};
+  ASSERT_EQ(::stat(copy.c_str(), &cs), 0);
+  EXPECT_EQ(cs.st_mode & 07777, 0755u);
+  EXPECT_FALSE(sys::Exists(o.state_dir + "/agent/space-agent.7")) << "an older spaced's copy stayed";
+
+  ASSERT_TRUE(r->Destroy("ac1"));
+  ASSERT_TRUE(StartOn(r, Spec("ac3")));
+  ASSERT_TRUE(Ask(r->AgentSocketPath("ac3"), "facts"));
+  EXPECT_EQ(exe("ac3"), ino(init_)) << "the original had room again";
+  ASSERT_TRUE(StartOn(r, Spec("ac4")));
+  ASSERT_TRUE(Ask(r->AgentSocketPath("ac4"), "facts"));
+  EXPECT_EQ(exe("ac4"), ino(o.state_dir + "/agent/space-agent.2"));
+}
+
 }  // namespace
 }  // namespace space::runtime
