@@ -167,6 +167,7 @@ int main(int argc, char** argv) {
   std::string crash_point;
   int max_inflight = 1024;
   int max_creating = 32;
+  int job_workers = 4;
   bool no_auth = false, behind_tls_proxy = false, rotate_token_key = false;
   std::vector<std::string> drop_token_keys;
   int64_t token_ttl_s = 24 * 3600;
@@ -261,6 +262,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-creating", max_creating,
                  "sandbox creations in progress at once; beyond it 429 + Retry-After (0 = no limit)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--job-workers", job_workers,
+                 "operations (creates, deletes, snapshots, ...) carried out at once")
+      ->capture_default_str()->check(CLI::Range(1, 256));
   // Test-only: exit abruptly at a named point of an operation (crash-recovery tests).
   app.add_option("--crash-at", crash_point)->group("");
   app.add_option("--warm-pool", warm_pools,
@@ -488,6 +492,7 @@ int main(int argc, char** argv) {
   config.uid_shift = no_userns ? 0 : storage::kDefaultUidShift;
   config.crash_point = crash_point;
   config.max_creating = max_creating;
+  config.worker_threads = job_workers;
   config.default_runtime = default_runtime;
   config.default_template = default_template.find(':') == std::string::npos
                                 ? default_template + ":latest"

@@ -129,5 +129,32 @@ TEST(OverloadTest, TheClientRetriesRefusedCreates) {
   EXPECT_EQ(ok.load(), 3);
 }
 
+// --job-workers: how many operations are carried out at once. One worker still carries
+// out concurrent creates (in turn); a count out of range stops spaced with a clear error.
+TEST(OverloadTest, JobWorkersCarryOutOperationsInTurn) {
+  SPACE_REQUIRE_SANDBOXES();
+  for (const char* bad : {"0", "257", "many"}) {
+    auto r = sys::Run({.argv = {BinDir() + "/spaced", "--listen", "127.0.0.1:0", "--data-dir",
+                                "/nonexistent/space-job-workers", "--job-workers", bad}},
+                      20000);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_NE(r->exit_code, 0) << bad;
+    EXPECT_NE(r->err.find("--job-workers"), std::string::npos) << bad << ": " << r->err;
+  }
+  Daemon d({"--job-workers", "1"});
+  ASSERT_TRUE(d.Start());
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&] {
+      client::Client c(d.url(), d.api_key());
+      auto sb = c.CreateSandboxAndWait(Json::object(), 60s);
+      if (sb && c.DeleteSandboxAndWait((*sb)["id"].get<std::string>(), 60s)) ++ok;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 3);
+}
+
 }  // namespace
 }  // namespace space::testing
