@@ -284,7 +284,14 @@ Json BuildOciConfig(const InstanceSpec& spec, const BundleParams& p) {
   mounts.push_back(Mount("/dev/pts", "devpts", "devpts",
                          {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}));
   mounts.push_back(Mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}));
-  mounts.push_back(Mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}));
+  if (p.sysfs_source.empty()) {
+    mounts.push_back(Mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}));
+  } else {
+    mounts.push_back({{"destination", "/sys"},
+                      {"type", "bind"},
+                      {"source", p.sysfs_source},
+                      {"options", {"bind", "ro", "nosuid", "nodev", "noexec"}}});
+  }
   if (p.cgroup_skeleton.empty()) {
     mounts.push_back(
         Mount("/sys/fs/cgroup", "cgroup", "cgroup", {"nosuid", "noexec", "nodev", "relatime", "ro"}));

@@ -61,6 +61,10 @@ struct BundleParams {
   // tmpfs of its own: one superblock fewer per sandbox. The run tmpfs then needs
   // DevTmpfsBytes() of room. false: a tmpfs at /dev whose nodes the runtime binary makes.
   bool dev_in_run_dir = false;
+  // Non-empty: /sys is a read-only bind of this host path, one sysfs that every sandbox
+  // shares (the runtime's, from a network namespace with loopback only), instead of a
+  // sysfs mount, a superblock, per sandbox. Empty: a sysfs of the sandbox's own.
+  std::string sysfs_source;
   // Non-empty (crun): its precompiled filter, base64, for the annotation
   // run.oci.seccomp_bpf_data, which crun loads instead of compiling the JSON profile; the
   // profile is left out then (crun applies a filter when either is there), sparing every

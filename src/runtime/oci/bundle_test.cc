@@ -372,5 +372,25 @@ TEST(BundleTest, DevOnTheRunTmpfs) {
   }
 }
 
+// With a shared sysfs, /sys is a read-only bind of it: no sysfs mount per sandbox.
+TEST(BundleTest, SharedSysfsIsBoundReadOnly) {
+  BundleParams p = Params();
+  p.sysfs_source = "/state/sysfs";
+  Json cfg = BuildOciConfig(Spec(), p);
+  for (const auto& m : cfg["mounts"]) EXPECT_NE(m["type"], "sysfs") << m.dump();
+  const Json* m = FindMount(cfg, "/sys");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ((*m)["type"], "bind");
+  EXPECT_EQ((*m)["source"], "/state/sysfs");
+  auto o = (*m)["options"].get<std::vector<std::string>>();
+  for (const char* want : {"ro", "nosuid", "nodev", "noexec"})
+    EXPECT_NE(std::find(o.begin(), o.end(), want), o.end()) << want;
+  // Without one, the sandbox's own, read-only.
+  Json plain = BuildOciConfig(Spec(), Params());
+  const Json* own = FindMount(plain, "/sys");
+  ASSERT_NE(own, nullptr);
+  EXPECT_EQ((*own)["type"], "sysfs");
+}
+
 }  // namespace
 }  // namespace space::runtime::oci

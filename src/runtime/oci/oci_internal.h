@@ -146,6 +146,7 @@ class OciRuntime final : public Runtime {
   std::vector<std::string> cgroup_bound_;  // the v1 hierarchies' mount points
   std::string empty_dir_;
   std::vector<std::string> masked_dirs_;
+  std::string sysfs_;  // BundleParams::sysfs_source: the shared read-only sysfs ("" = none)
   // The agent binary's file for each start (state_dir/agent: copies, a file per 64 sandboxes).
   std::unique_ptr<AgentCopies> agent_copies_;
 

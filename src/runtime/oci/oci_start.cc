@@ -182,6 +182,7 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
   bp.run_dir = run;
   bp.empty_dir = empty_dir_;
   bp.masked_dirs = masked_dirs_;
+  bp.sysfs_source = sysfs_;
   bp.cgroups_path = CgroupRel(id);
   bp.user_namespace = opts_.user_namespace;
   bp.uid_shift = opts_.uid_shift;
@@ -211,6 +212,7 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
   if (ns_) {
     std::vector<std::string> at = {root, run};
     if (!bp.netns_path.empty()) at.push_back(bp.netns_path);
+    if (!sysfs_.empty()) at.push_back(sysfs_);
     for (const auto& v : bp.volume_binds) at.push_back(v.host);
     for (const auto& path : at) {
       auto tree = sys::CloneMount(path);

@@ -277,5 +277,37 @@ TEST_F(OciTest, EachAgentFileServesAtMostItsShareOfSandboxes) {
   EXPECT_EQ(exe("ac4"), ino(o.state_dir + "/agent/space-agent.2"));
 }
 
+// Every sandbox's /sys is a read-only bind of one sysfs the runtime mounted once (from a
+// network namespace with loopback alone), not a superblock of each sandbox's own.
+TEST_F(OciTest, SandboxesShareOneReadOnlySysfs) {
+  struct statfs fs;
+  ASSERT_EQ(::statfs((opts_.state_dir + "/sysfs").c_str(), &fs), 0);
+  EXPECT_EQ(fs.f_type, static_cast<decltype(fs.f_type)>(SYSFS_MAGIC));
+  ASSERT_TRUE(Start(Spec("sys1")));
+  ASSERT_TRUE(Start(Spec("sys2")));
+  std::string devs[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string id = i ? "sys2" : "sys1";
+    auto out = Ask(rt_->AgentSocketPath(id),
+                   "sh stat -c dev=%d /sys; ls /sys/class/net; ls -d /sys/kernel/mm; "
+                   "echo 1500 > /sys/class/net/lo/mtu && echo wrote; "
+                   "mount -o remount,rw /sys && echo remounted; grep ' /sys ' /proc/mounts");
+    ASSERT_TRUE(out) << out.error().message;
+    EXPECT_NE(out->find("\nlo\n/sys/kernel/mm\n"), std::string::npos) << *out;
+    EXPECT_EQ(out->find("wrote"), std::string::npos) << *out;
+    EXPECT_EQ(out->find("remounted"), std::string::npos) << *out;
+    EXPECT_NE(out->find(" sysfs ro,"), std::string::npos) << *out;
+    devs[i] = out->substr(0, out->find('\n'));
+  }
+  EXPECT_EQ(devs[0], devs[1]) << "one superblock for both";
+  // A second runtime object (a daemon restart) keeps the mount it finds.
+  auto rt2 = CreateOciRuntime(opts_);
+  ASSERT_TRUE(rt2) << rt2.error().message;
+  others_.push_back(std::move(*rt2));
+  int n = 0;
+  for (const auto& m : sys::MountsUnder(opts_.state_dir)) n += m == opts_.state_dir + "/sysfs";
+  EXPECT_EQ(n, 1);
+}
+
 }  // namespace
 }  // namespace space::runtime
