@@ -2,6 +2,7 @@
 // gets. The copies under a real crun: OciTest.EachAgentFileServesAtMostItsShareOfSandboxes.
 #include "runtime/oci/agent_copies.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -55,11 +56,16 @@ TEST_F(AgentCopiesTest, AnOlderProcessesCopiesAreReplaced) {
   ASSERT_TRUE(sys::MkdirAll(dir, 0700));
   ASSERT_TRUE(sys::WriteFileAtomic(dir + "/space-agent.1", "an older agent", 0755));
   ASSERT_TRUE(sys::WriteFileAtomic(dir + "/space-agent.9", "an older agent", 0755));
-  const ino_t old = Inode(dir + "/space-agent.1");
+  // Held open, as a sandbox running the older copy holds it: its inode stays (and its
+  // number cannot be handed to the new copy).
+  auto held = sys::Open(dir + "/space-agent.1", O_RDONLY);
+  ASSERT_TRUE(held);
+  struct stat old {};
+  ASSERT_EQ(::fstat(held->get(), &old), 0);
   AgentCopies c(original_, dir, 1);
   EXPECT_EQ(c.Acquire("a"), original_);
   EXPECT_EQ(c.Acquire("b"), dir + "/space-agent.1");
-  EXPECT_NE(Inode(dir + "/space-agent.1"), old);
+  EXPECT_NE(Inode(dir + "/space-agent.1"), old.st_ino);
   EXPECT_EQ(sys::ReadFile(dir + "/space-agent.1").value_or(""), sys::ReadFile(original_).value_or("?"));
   EXPECT_FALSE(sys::Exists(dir + "/space-agent.9"));
   struct stat st {};
