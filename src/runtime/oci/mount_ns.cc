@@ -1,5 +1,6 @@
 #include "runtime/oci/mount_ns.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <linux/nsfs.h>
@@ -10,6 +11,10 @@
 #include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
 
 namespace space::runtime::oci {
 
@@ -130,6 +135,76 @@ Status PrepareInside(int ns_fd, const std::vector<std::string>& unmount_inside) 
   return Ok();
 }
 
+// Inside the namespace: /sys/fs/cgroup becomes a tmpfs of its own with the host's
+// entries but `hide` (and whatever is no mount point inside, as the unmounted unified
+// hierarchy): each hierarchy a detached copy of the namespace's mount moved onto a
+// directory of the new tmpfs, each link (cpu -> cpu,cpuacct) made again. Nothing to do
+// where none of `hide` is there any more (a namespace prepared before).
+Status HideCgroupHierarchies(int ns_fd, const std::vector<std::string>& hide) {
+  constexpr const char* kRoot = "/sys/fs/cgroup";
+  struct Entry {
+    std::string path, link;  // link: the target of a symlink, "" for a directory
+  };
+  std::vector<Entry> keep;
+  std::vector<std::string> hidden;
+  DIR* d = ::opendir(kRoot);
+  if (!d) return ErrnoFail(std::string("opendir ") + kRoot);
+  while (dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    std::string path = std::string(kRoot) + "/" + name;
+    if (std::find(hide.begin(), hide.end(), name) != hide.end()) {
+      hidden.push_back(path);
+      continue;
+    }
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) continue;
+    if (S_ISLNK(st.st_mode)) {
+      char buf[256];
+      ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
+      if (n <= 0) continue;
+      std::string target(buf, static_cast<size_t>(n));
+      // A link to a hidden hierarchy goes with it.
+      if (std::find(hide.begin(), hide.end(), target) != hide.end()) continue;
+      keep.push_back({path, target});
+    } else if (S_ISDIR(st.st_mode)) {
+      keep.push_back({path, ""});
+    }
+  }
+  ::closedir(d);
+  std::vector<int> fds(keep.size(), -1);
+  // The child makes raw syscalls only (the daemon is multi-threaded): everything above.
+  auto r = RunInChild(ns_fd, [&]() -> int {
+    bool any = false;
+    for (const auto& h : hidden) any = any || ::access(h.c_str(), F_OK) == 0;
+    if (!any) return 0;
+    for (size_t i = 0; i < keep.size(); ++i) {
+      if (!keep[i].link.empty()) continue;
+      struct statfs fs;
+      // Only the mounted hierarchies: a directory left by an unmount stays out.
+      if (::statfs(keep[i].path.c_str(), &fs) != 0 || fs.f_type != CGROUP_SUPER_MAGIC) continue;
+      fds[i] = ::open_tree(AT_FDCWD, keep[i].path.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+      if (fds[i] < 0) return errno;
+    }
+    if (::mount("tmpfs", kRoot, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755,size=64k") != 0)
+      return errno;
+    for (size_t i = 0; i < keep.size(); ++i) {
+      const char* p = keep[i].path.c_str();
+      if (!keep[i].link.empty()) {
+        if (::symlink(keep[i].link.c_str(), p) != 0) return errno;
+        continue;
+      }
+      if (fds[i] < 0) continue;
+      if (::mkdir(p, 0555) != 0) return errno;
+      if (::move_mount(fds[i], "", AT_FDCWD, p, MOVE_MOUNT_F_EMPTY_PATH) != 0) return errno;
+    }
+    return 0;
+  });
+  if (!r) return tl::unexpected(r.error());
+  if (*r != 0) return ErrnoFail("hide cgroup hierarchies in helper mount namespace", *r);
+  return Ok();
+}
+
 // Whether the namespace sees each of `dirs` on the file system the host sees it on: a
 // namespace copied before a directory became a mount of its own (e.g. the runtime's
 // tmpfs) still shows the directory beneath it, and the runtime binary would read and
@@ -180,6 +255,11 @@ Result<HelperMountNs> HelperMountNs::Ensure(const Options& opts) {
     }
     if (same) {
       SPACE_TRY_WRAP(PrepareInside(fd->get(), unmount), "helper mount namespace");
+      if (!opts.hide_cgroup_hierarchies.empty()) {
+        // Best effort: without it the runtime binary makes cgroups in every hierarchy.
+        if (auto st = HideCgroupHierarchies(fd->get(), opts.hide_cgroup_hierarchies); !st)
+          spdlog::warn("oci: {}", st.error().message);
+      }
       ns.fd_ = std::move(*fd);
       return ns;
     }

@@ -40,6 +40,11 @@ class HelperMountNs {
     std::string dir;                          // holds the nsfs bind mount "mnt"
     std::vector<std::string> private_dirs;    // host mounts below them stay out
     std::vector<std::string> unmount_inside;  // e.g. {"/sys/fs/cgroup/unified"}
+    // Non-empty: inside, /sys/fs/cgroup is a tmpfs of the namespace's own holding the
+    // host's cgroup v1 hierarchies and links but these (e.g. {"cpuset"}) and those of
+    // unmount_inside. The runtime binary joins (and makes its cgroups in) the hierarchies
+    // it finds at /sys/fs/cgroup/<controller>, so it makes none in a hidden one.
+    std::vector<std::string> hide_cgroup_hierarchies;
   };
 
   // Re-uses a live namespace at dir/mnt made private (as above), else (first start, after

@@ -212,19 +212,51 @@ TEST_F(OciTest, StateOnDiskMovesToATmpfsOnceEmpty) {
 }
 
 
-// On cgroup v1 the sandboxes' cpuset parent copies its cpus and mems to each new child at
-// mkdir, so crun's writes of them change nothing (no O(sandboxes) validation and
-// scheduler-domain rebuild per create).
-TEST_F(OciTest, CpusetChildrenAreClonedFromTheParent) {
+// On hybrid hosts crun runs in the helper namespace, whose /sys/fs/cgroup leaves the
+// cpuset hierarchy out: crun makes no cpuset cgroup per sandbox (making and removing
+// them cost O(sandboxes) each), and the sandbox sees none. Elsewhere the sandboxes'
+// cpuset parent copies its cpus and mems to each new child at mkdir (clone_children).
+TEST_F(OciTest, SandboxesMakeNoCpusetCgroupOnHybridHosts) {
   const sys::Hierarchy* h = sys::FindHierarchy(hier_, "cpuset");
   if (!h || h->v2) GTEST_SKIP() << "no cgroup v1 cpuset hierarchy";
   EXPECT_EQ(ReadTrim(h->mount_point + "/" + opts_.cgroup_parent + "/cgroup.clone_children"), "1");
   ASSERT_TRUE(Start(Spec("cpus")));
   ASSERT_TRUE(Ask(rt_->AgentSocketPath("cpus"), "facts"));
-  EXPECT_EQ(ReadTrim(CgroupDir("cpuset", "cpus") + "/cpuset.cpus"),
-            ReadTrim(h->mount_point + "/cpuset.cpus"));
-  EXPECT_EQ(ReadTrim(CgroupDir("cpuset", "cpus") + "/cpuset.mems"),
-            ReadTrim(h->mount_point + "/cpuset.mems"));
+  if (layout_ != CgroupLayout::kHybrid) {
+    EXPECT_EQ(ReadTrim(CgroupDir("cpuset", "cpus") + "/cpuset.cpus"),
+              ReadTrim(h->mount_point + "/cpuset.cpus"));
+    return;
+  }
+  EXPECT_FALSE(sys::Exists(CgroupDir("cpuset", "cpus")));
+  EXPECT_TRUE(sys::Exists(CgroupDir("memory", "cpus") + "/memory.limit_in_bytes"));
+  EXPECT_TRUE(sys::Exists(CgroupDir("pids", "cpus") + "/pids.max"));
+  auto inside = Ask(rt_->AgentSocketPath("cpus"), "sh ls /sys/fs/cgroup; cat /proc/self/cgroup");
+  ASSERT_TRUE(inside);
+  EXPECT_EQ(inside->find("\ncpuset\n"), std::string::npos) << *inside;
+  EXPECT_NE(inside->find("\nmemory\n"), std::string::npos) << *inside;
+  // The helper namespace keeps the other hierarchies and the links to them, and a second
+  // runtime object (a daemon restart) re-uses it as it is.
+  auto rt2 = CreateOciRuntime(opts_);
+  ASSERT_TRUE(rt2) << rt2.error().message;
+  others_.push_back(std::move(*rt2));
+  sys::SpawnOptions so;
+  so.argv = {"nsenter", "--mount=" + opts_.state_dir + "/ns/mnt", "sh", "-c",
+             "ls /sys/fs/cgroup; grep -c ' /sys/fs/cgroup/' /proc/self/mountinfo"};
+  auto ls = sys::RunChecked(so);
+  ASSERT_TRUE(ls) << ls.error().message;
+  EXPECT_EQ(ls->out.find("cpuset"), std::string::npos) << ls->out;
+  EXPECT_EQ(ls->out.find("unified"), std::string::npos) << ls->out;
+  for (const auto& hh : hier_) {
+    if (hh.v2 || hh.controllers == std::vector<std::string>{"cpuset"}) continue;
+    const std::string name = hh.mount_point.substr(hh.mount_point.rfind('/') + 1);
+    EXPECT_NE(ls->out.find(name + "\n"), std::string::npos) << name << ": " << ls->out;
+  }
+  // Starts and destroys go on with the re-used namespace.
+  ASSERT_TRUE(Start(Spec("cpus2")));
+  ASSERT_TRUE(Ask(rt_->AgentSocketPath("cpus2"), "facts"));
+  EXPECT_FALSE(sys::Exists(CgroupDir("cpuset", "cpus2")));
+  ASSERT_TRUE(rt_->Destroy("cpus2"));
+  ExpectNoTraces(rt_.get(), opts_, "cpus2");
 }
 
 // Each file of the agent binary serves at most sandboxes_per_agent_file running sandboxes
