@@ -188,15 +188,21 @@ Status HideCgroupHierarchies(int ns_fd, const std::vector<std::string>& hide) {
     }
     if (::mount("tmpfs", kRoot, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755,size=64k") != 0)
       return errno;
+    // All or nothing: a hierarchy missing by mistake (memory, pids) would leave sandboxes
+    // without its limits, so a failure takes the new tmpfs away again.
+    auto undo = [&](int e) {
+      (void)::umount2(kRoot, MNT_DETACH);
+      return e;
+    };
     for (size_t i = 0; i < keep.size(); ++i) {
       const char* p = keep[i].path.c_str();
       if (!keep[i].link.empty()) {
-        if (::symlink(keep[i].link.c_str(), p) != 0) return errno;
+        if (::symlink(keep[i].link.c_str(), p) != 0) return undo(errno);
         continue;
       }
       if (fds[i] < 0) continue;
-      if (::mkdir(p, 0555) != 0) return errno;
-      if (::move_mount(fds[i], "", AT_FDCWD, p, MOVE_MOUNT_F_EMPTY_PATH) != 0) return errno;
+      if (::mkdir(p, 0555) != 0) return undo(errno);
+      if (::move_mount(fds[i], "", AT_FDCWD, p, MOVE_MOUNT_F_EMPTY_PATH) != 0) return undo(errno);
     }
     return 0;
   });
