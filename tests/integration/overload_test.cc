@@ -7,6 +7,22 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// `n` clients at once, each with the client's default options (it waits out 429s), each
+// creating a sandbox and waiting until it runs (and then deleting it): how many succeeded.
+int ConcurrentCreates(const Daemon& d, int n, bool then_delete) {
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&] {
+      client::Client c(d.url(), d.api_key());
+      auto sb = c.CreateSandboxAndWait(Json::object(), 60s);
+      if (sb && (!then_delete || c.DeleteSandboxAndWait((*sb)["id"].get<std::string>(), 60s))) ++ok;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return ok.load();
+}
+
 TEST(OverloadTest, RequestsBeyondTheInflightLimitGet429WithRetryAfter) {
   SPACE_REQUIRE_SANDBOXES();
   Daemon d({"--max-inflight", "2"});
@@ -117,16 +133,7 @@ TEST(OverloadTest, TheClientRetriesRefusedCreates) {
   SPACE_REQUIRE_SANDBOXES();
   Daemon d({"--max-creating", "1"});
   ASSERT_TRUE(d.Start());
-  std::vector<std::thread> threads;
-  std::atomic<int> ok{0};
-  for (int i = 0; i < 3; ++i) {
-    threads.emplace_back([&] {
-      client::Client c(d.url(), d.api_key());
-      if (c.CreateSandboxAndWait(Json::object(), 60s)) ++ok;
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(ok.load(), 3);
+  EXPECT_EQ(ConcurrentCreates(d, 3, /*then_delete=*/false), 3);
 }
 
 // --job-workers: how many operations are carried out at once. One worker still carries
@@ -143,17 +150,7 @@ TEST(OverloadTest, JobWorkersCarryOutOperationsInTurn) {
   }
   Daemon d({"--job-workers", "1"});
   ASSERT_TRUE(d.Start());
-  std::vector<std::thread> threads;
-  std::atomic<int> ok{0};
-  for (int i = 0; i < 3; ++i) {
-    threads.emplace_back([&] {
-      client::Client c(d.url(), d.api_key());
-      auto sb = c.CreateSandboxAndWait(Json::object(), 60s);
-      if (sb && c.DeleteSandboxAndWait((*sb)["id"].get<std::string>(), 60s)) ++ok;
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(ok.load(), 3);
+  EXPECT_EQ(ConcurrentCreates(d, 3, /*then_delete=*/true), 3);
 }
 
 }  // namespace

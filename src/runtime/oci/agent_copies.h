@@ -46,7 +46,7 @@ class AgentCopies {
   const std::string original_, dir_;
   const size_t per_copy_;
   mutable std::mutex mu_;
-  std::vector<std::string> paths_;  // [0] = original_; "" = not made yet / failed
+  std::vector<std::string> paths_;  // [0] = original_, [i] = space-agent.i in dir_
   std::vector<size_t> users_;
   bool copy_failed_ = false;  // a copy could not be made: stop trying
   std::unordered_map<std::string, size_t> of_;

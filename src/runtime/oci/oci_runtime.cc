@@ -418,8 +418,11 @@ Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
   // rebuilds the scheduler domains over every cpuset (validate_change,
   // update_domain_attr_tree, dl_rebuild_rd_accounting): 5.6 % of the machine's time
   // creating beside 5,000 sandboxes and 15 % deleting.
+  // crun 1.8 refuses hybrid hosts; in the helper namespace the v2 mount is gone and it
+  // sees pure v1. runc copes with hybrid by itself.
+  const bool helper_ns = *layout == CgroupLayout::kHybrid && StartsWith(kind, "crun");
   std::vector<std::string> hidden;
-  if (*layout == CgroupLayout::kHybrid && StartsWith(kind, "crun")) {
+  if (helper_ns) {
     for (const auto& h : rt->hierarchies_) {
       if (!h.v2 && h.controllers == std::vector<std::string>{"cpuset"})
         hidden.push_back(Basename(h.mount_point));
@@ -458,9 +461,7 @@ Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
     rt->memory_swap_ = mem && sys::Exists(mem->mount_point + "/memory.memsw.limit_in_bytes");
   }
 
-  // crun 1.8 refuses hybrid hosts; in the helper namespace the v2 mount is gone and it
-  // sees pure v1. runc copes with hybrid by itself.
-  if (*layout == CgroupLayout::kHybrid && StartsWith(kind, "crun")) {
+  if (helper_ns) {
     auto ns = oci::HelperMountNs::Ensure(
         {sd + "/ns", {rt->bundles_dir_, rt->run_dir_, rt->runtime_root_}, {"/sys/fs/cgroup/unified"},
          hidden});
