@@ -213,10 +213,11 @@ TEST_F(OciTest, StateOnDiskMovesToATmpfsOnceEmpty) {
 
 
 // On hybrid hosts crun runs in the helper namespace, whose /sys/fs/cgroup leaves the
-// cpuset hierarchy out: crun makes no cpuset cgroup per sandbox (making and removing
-// them cost O(sandboxes) each), and the sandbox sees none. Elsewhere the sandboxes'
+// cpuset and blkio hierarchies out: crun makes no cpuset or blkio cgroup per sandbox
+// (making and removing cpusets cost O(sandboxes) each, removed blkio cgroups linger), and
+// the sandbox sees neither. Elsewhere the sandboxes'
 // cpuset parent copies its cpus and mems to each new child at mkdir (clone_children).
-TEST_F(OciTest, SandboxesMakeNoCpusetCgroupOnHybridHosts) {
+TEST_F(OciTest, SandboxesMakeNoCpusetOrBlkioCgroupOnHybridHosts) {
   const sys::Hierarchy* h = sys::FindHierarchy(hier_, "cpuset");
   if (!h || h->v2) GTEST_SKIP() << "no cgroup v1 cpuset hierarchy";
   EXPECT_EQ(ReadTrim(h->mount_point + "/" + opts_.cgroup_parent + "/cgroup.clone_children"), "1");
@@ -228,11 +229,15 @@ TEST_F(OciTest, SandboxesMakeNoCpusetCgroupOnHybridHosts) {
     return;
   }
   EXPECT_FALSE(sys::Exists(CgroupDir("cpuset", "cpus")));
+  const sys::Hierarchy* blkio = sys::FindHierarchy(hier_, "blkio");
+  const bool blkio_alone = blkio && !blkio->v2 && blkio->controllers == std::vector<std::string>{"blkio"};
+  if (blkio_alone) EXPECT_FALSE(sys::Exists(CgroupDir("blkio", "cpus")));
   EXPECT_TRUE(sys::Exists(CgroupDir("memory", "cpus") + "/memory.limit_in_bytes"));
   EXPECT_TRUE(sys::Exists(CgroupDir("pids", "cpus") + "/pids.max"));
   auto inside = Ask(rt_->AgentSocketPath("cpus"), "sh ls /sys/fs/cgroup; cat /proc/self/cgroup");
   ASSERT_TRUE(inside);
   EXPECT_EQ(inside->find("\ncpuset\n"), std::string::npos) << *inside;
+  if (blkio_alone) EXPECT_EQ(inside->find("\nblkio\n"), std::string::npos) << *inside;
   EXPECT_NE(inside->find("\nmemory\n"), std::string::npos) << *inside;
   // The helper namespace keeps the other hierarchies and the links to them, and a second
   // runtime object (a daemon restart) re-uses it as it is.
@@ -245,9 +250,12 @@ TEST_F(OciTest, SandboxesMakeNoCpusetCgroupOnHybridHosts) {
   auto ls = sys::RunChecked(so);
   ASSERT_TRUE(ls) << ls.error().message;
   EXPECT_EQ(ls->out.find("cpuset"), std::string::npos) << ls->out;
+  if (blkio_alone) EXPECT_EQ(ls->out.find("blkio"), std::string::npos) << ls->out;
   EXPECT_EQ(ls->out.find("unified"), std::string::npos) << ls->out;
   for (const auto& hh : hier_) {
-    if (hh.v2 || hh.controllers == std::vector<std::string>{"cpuset"}) continue;
+    if (hh.v2 || hh.controllers == std::vector<std::string>{"cpuset"} ||
+        hh.controllers == std::vector<std::string>{"blkio"})
+      continue;
     const std::string name = hh.mount_point.substr(hh.mount_point.rfind('/') + 1);
     EXPECT_NE(ls->out.find(name + "\n"), std::string::npos) << name << ": " << ls->out;
   }
@@ -255,6 +263,7 @@ TEST_F(OciTest, SandboxesMakeNoCpusetCgroupOnHybridHosts) {
   ASSERT_TRUE(Start(Spec("cpus2")));
   ASSERT_TRUE(Ask(rt_->AgentSocketPath("cpus2"), "facts"));
   EXPECT_FALSE(sys::Exists(CgroupDir("cpuset", "cpus2")));
+  if (blkio_alone) EXPECT_FALSE(sys::Exists(CgroupDir("blkio", "cpus2")));
   ASSERT_TRUE(rt_->Destroy("cpus2"));
   ExpectNoTraces(rt_.get(), opts_, "cpus2");
 }
