@@ -52,7 +52,8 @@ Result<sys::UniqueFd> ConnectUnix(const std::string& path) {
   int sz = 4 << 20;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
   ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
-  return fd;
+  // One per sandbox for as long as it runs: above the descriptors a spawned crun copies.
+  return sys::MoveFdHigh(std::move(fd));
 }
 
 }  // namespace

@@ -369,6 +369,9 @@ int main(int argc, char** argv) {
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // A descriptor per running sandbox: a shell's soft limit of 1,024 would stop creates at
+  // about a thousand.
+  spdlog::debug("open files: up to {}", sys::RaiseOpenFileLimit());
 
   for (size_t at = 0; at < etcd_list.size();) {
     size_t comma = etcd_list.find(',', at);

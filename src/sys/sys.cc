@@ -8,11 +8,13 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -155,18 +157,38 @@ namespace {
 struct ChildArgs {
   const SpawnOptions* opts;
   char** argv;
-  char** envp;  // null: inherit
-  int errfd;    // the write end of the CLOEXEC error pipe
+  char** envp;     // null: inherit
+  int errfd;       // the write end of the CLOEXEC error pipe
+  int copy_below;  // the child's own descriptor table holds the parent's below this
 };
 
-// The child of Spawn, from clone(CLONE_VM | CLONE_VFORK) to exec. It runs on its own stack
-// in the parent's address space while the spawning thread waits, so it only makes system
-// calls that touch its own state (signal dispositions, fds, namespaces, cwd: not shared
-// without CLONE_SIGHAND, CLONE_FILES, CLONE_FS) and keeps its variables on its stack.
+// The soft limit on open files before RaiseOpenFileLimit, restored in spawned children;
+// RLIM_INFINITY: not raised.
+std::atomic<rlim_t> g_child_nofile{RLIM_INFINITY};
+
+// The child of Spawn, from clone(CLONE_VM | CLONE_VFORK | CLONE_FILES) to exec. It runs on
+// its own stack in the parent's address space while the spawning thread waits, so it only
+// makes system calls that touch its own state (signal dispositions, namespaces, cwd: not
+// shared without CLONE_SIGHAND, CLONE_FS) and keeps its variables on its stack. Its
+// descriptor table is the parent's until its first call, which gives it a copy of its own.
 int SpawnChild(void* p) {
   const ChildArgs& a = *static_cast<const ChildArgs*>(p);
   const SpawnOptions& opts = *a.opts;
   int errfd = a.errfd;
+  // A table of its own holding the parent's descriptors below copy_below: all it is given
+  // is there, and the long-lived ones above (MoveFdHigh) are neither copied nor closed
+  // again at exec. Where close_range cannot unshare (Linux < 5.9) the whole table is
+  // copied. Nothing below may run on the shared table: a dup2 onto 0-2 there would be
+  // the daemon's.
+  if (::close_range(a.copy_below, ~0U, CLOSE_RANGE_UNSHARE) != 0 && ::unshare(CLONE_FILES) != 0)
+    ChildFail(errfd, "unshare descriptor table");
+  if (rlim_t soft = g_child_nofile.load(std::memory_order_relaxed); soft != RLIM_INFINITY) {
+    struct rlimit rl;
+    if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+      rl.rlim_cur = soft;
+      (void)::setrlimit(RLIMIT_NOFILE, &rl);
+    }
+  }
   // Default dispositions first, then unblock: a handler of the daemon's must never run here,
   // on memory the daemon is using. Ignored signals stay ignored, as across exec anyway.
   for (int sig = 1; sig < NSIG; ++sig) {
@@ -240,7 +262,11 @@ Result<ChildProcess> Spawn(const SpawnOptions& opts) {
   auto argv = CStrings(opts.argv);
   std::vector<char*> envp;
   if (opts.env) envp = CStrings(*opts.env);
-  ChildArgs args{&opts, argv.data(), opts.env ? envp.data() : nullptr, errpipe[1]};
+  // The child's copy of the descriptor table ends above the highest one it needs.
+  int top = std::max({2, errpipe[1], opts.stdin_fd, opts.stdout_fd, opts.stderr_fd, opts.pass_fd,
+                      opts.exec_fd, opts.mount_ns_fd, opts.net_ns_fd});
+  for (const auto& m : opts.attach_mounts) top = std::max(top, m.first);
+  ChildArgs args{&opts, argv.data(), opts.env ? envp.data() : nullptr, errpipe[1], top + 1};
   // The child's stack (execvp's PATH search uses a few KiB of it); the spawning thread
   // waits until the exec, so it outlives the child's use of it.
   constexpr size_t kChildStack = 64 * 1024;
@@ -250,7 +276,8 @@ Result<ChildProcess> Spawn(const SpawnOptions& opts) {
   sigset_t all, old;
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
-  pid_t pid = ::clone(SpawnChild, stack.get() + kChildStack, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+  pid_t pid = ::clone(SpawnChild, stack.get() + kChildStack,
+                      CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, &args);
   int clone_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   ::close(errpipe[1]);
@@ -273,6 +300,25 @@ Result<ChildProcess> Spawn(const SpawnOptions& opts) {
     return ErrnoFail(std::string(what ? what + 1 : "spawn") + " " + opts.argv[0], e);
   }
   return child;
+}
+
+UniqueFd MoveFdHigh(UniqueFd fd) {
+  if (!fd || fd.get() >= kHighFdBase) return fd;
+  int high = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, kHighFdBase);
+  if (high < 0) return fd;  // EINVAL: the limit is below the base; EMFILE: no room above it
+  return UniqueFd(high);
+}
+
+uint64_t RaiseOpenFileLimit() {
+  struct rlimit rl;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+  if (rl.rlim_cur < rl.rlim_max) {
+    const rlim_t old = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) return old;
+    g_child_nofile.store(old);
+  }
+  return rl.rlim_cur;
 }
 
 Result<RunResult> Run(SpawnOptions opts, int64_t timeout_ms) {

@@ -129,7 +129,21 @@ Result<UniqueFd> CloneMount(const std::string& path);
 
 // fork+exec with the options above. Errors in the child before exec are reported back
 // through a CLOEXEC pipe, so a bad argv[0] is an error here, not a silent exit 127.
+// The child copies only the descriptors numbered below the highest one it is given, so
+// what a daemon holds for a long time belongs above them (MoveFdHigh).
 Result<ChildProcess> Spawn(const SpawnOptions& opts);
+
+// Descriptors a daemon holds one of per sandbox live at or above this number
+// (MoveFdHigh): a spawned child then copies the few below it, not thousands of sockets
+// that it would only close again at exec.
+inline constexpr int kHighFdBase = 1024;
+// `fd` moved to the lowest free number >= kHighFdBase (close-on-exec), or `fd` itself
+// where the limit on open files leaves no room there.
+UniqueFd MoveFdHigh(UniqueFd fd);
+// Raises the soft limit on open files to the hard one (a daemon holds a descriptor per
+// sandbox; shells start with 1,024). Spawned children get the old soft limit back:
+// programs that use select() expect descriptors below 1,024. Returns the new soft limit.
+uint64_t RaiseOpenFileLimit();
 
 struct RunResult {
   int exit_code = -1;   // -1 when killed by a signal

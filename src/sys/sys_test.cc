@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -86,6 +87,83 @@ TEST(SpawnTest, ConcurrentSpawnsKeepTheirOwnArguments) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(ok.load(), 100);
+}
+
+// The number after "Name:" in a /proc/PID/status text, -1 if absent.
+long StatusField(const std::string& status, const std::string& name) {
+  size_t at = status.find("\n" + name + ":");
+  return at == std::string::npos ? -1 : std::strtol(status.c_str() + at + name.size() + 2, nullptr, 10);
+}
+
+// A spawned child copies the descriptors below the highest one it is given and none of
+// those a daemon moved high (one per sandbox): its table stays small however many the
+// parent holds, and what it is given still arrives, wherever it was numbered.
+TEST(SpawnTest, ChildCopiesNoneOfTheDescriptorsMovedHigh) {
+  struct rlimit rl;
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &rl), 0);
+  if (rl.rlim_max < 8192) GTEST_SKIP() << "hard limit on open files below 8192";
+  RaiseOpenFileLimit();
+  UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(null);
+  std::vector<UniqueFd> held;
+  for (int i = 0; i < 3000; ++i) {
+    UniqueFd moved = MoveFdHigh(UniqueFd(::fcntl(null.get(), F_DUPFD_CLOEXEC, 0)));
+    ASSERT_GE(moved.get(), kHighFdBase);
+    held.push_back(std::move(moved));
+  }
+  // Without CLOEXEC, as a thread of the daemon might leave one: still not the child's.
+  UniqueFd leaky(::fcntl(null.get(), F_DUPFD, kHighFdBase + 4000));
+  ASSERT_GE(leaky.get(), kHighFdBase + 4000);
+  auto self = sys::ReadFile("/proc/self/status");
+  ASSERT_TRUE(self);
+  ASSERT_GE(StatusField(*self, "FDSize"), 4096);
+
+  auto r = sys::Run({.argv = {"cat", "/proc/self/status"}});
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_LE(StatusField(r->out, "FDSize"), kHighFdBase) << r->out;
+  auto fds = sys::Run({.argv = {"ls", "/proc/self/fd"}});
+  ASSERT_TRUE(fds) << fds.error().message;
+  EXPECT_EQ(fds->out, "0\n1\n2\n3\n") << fds->out;  // 3: ls's own directory
+
+  // A descriptor given to the child from high up arrives at its place.
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  UniqueFd rd(p[0]);
+  UniqueFd wr = MoveFdHigh(UniqueFd(p[1]));
+  ASSERT_GE(wr.get(), kHighFdBase);
+  auto child = sys::Spawn({.argv = {"/bin/sh", "-c", "echo given >&3"}, .pass_fd = wr.get()});
+  ASSERT_TRUE(child) << child.error().message;
+  wr.Reset();
+  char buf[16] = {};
+  EXPECT_EQ(::read(rd.get(), buf, sizeof buf - 1), 6);
+  EXPECT_STREQ(buf, "given\n");
+  auto st = child->Wait();
+  ASSERT_TRUE(st);
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0);
+}
+
+// The daemon raises its soft limit on open files to the hard one; the programs it starts
+// get the soft limit it had before.
+TEST(SpawnTest, ChildrenKeepTheSoftLimitOnOpenFilesTheDaemonHadBefore) {
+  struct rlimit rl;
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &rl), 0);
+  if (rl.rlim_max <= 512) GTEST_SKIP() << "hard limit on open files is 512 or less";
+  const rlim_t hard = rl.rlim_max;
+  rl.rlim_cur = 512;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &rl), 0);
+  EXPECT_EQ(RaiseOpenFileLimit(), hard);
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &rl), 0);
+  EXPECT_EQ(rl.rlim_cur, hard);
+  const std::string hard_text = hard == RLIM_INFINITY ? "unlimited" : std::to_string(hard);
+  auto r = sys::Run({.argv = {"/bin/sh", "-c", "ulimit -Sn; ulimit -Hn"}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->out, "512\n" + hard_text + "\n");
+  // Raised already: nothing changes, children still get 512.
+  EXPECT_EQ(RaiseOpenFileLimit(), hard);
+  r = sys::Run({.argv = {"/bin/sh", "-c", "ulimit -Sn"}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->out, "512\n");
 }
 
 TEST(TempDirTest, RemovedOnDestruction) {
