@@ -48,6 +48,14 @@ Result<std::string> CompileSeccompBpf(const Json& profile) {
   if (!def) return tl::unexpected(def.error());
   std::unique_ptr<void, void (*)(void*)> ctx(seccomp_init(*def), seccomp_release);
   if (!ctx) return Fail(Errc::kInternal, "seccomp: seccomp_init failed");
+  // A binary tree over the syscall numbers instead of one comparison after another. The
+  // kernel runs the filter once per syscall number when it is installed (to cache the
+  // numbers it always allows), with interrupts off: for an allowlist of ~360 syscalls the
+  // seccomp() call of each sandbox's start took 682 us with the linear program and 217 us
+  // with the tree (p50 of 50 installs, ad-hoc), and every syscall the cache does not cover
+  // takes ~9 comparisons instead of up to ~360.
+  if (int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_OPTIMIZE, 2); rc < 0)
+    return tl::unexpected(LibFail(rc, "binary tree").error());
 
   if (const Json* arches = JsonField(profile, "architectures"); arches && arches->is_array()) {
     for (const auto& a : *arches) {
