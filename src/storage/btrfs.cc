@@ -196,8 +196,19 @@ Status BtrfsDriver::DeleteLayer(const std::string& digest) {
   if (!r) return tl::unexpected(std::move(r.error()).Wrap("delete layer " + digest));
   if (*r) DestroyQgroup(fd->get(), *r);
   // Subvolumes deleted earlier have been cleaned meanwhile: their qgroups can go now.
-  ClearStaleQgroups(fd->get());
+  SweepStaleQgroups(fd->get());
   return Ok();
+}
+
+void BtrfsDriver::SweepStaleQgroups(int fs_fd) {
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  int64_t due = next_qgroup_sweep_ns_.load(std::memory_order_relaxed);
+  const int64_t next =
+      now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(kQgroupSweepInterval)
+                .count();
+  // One caller per interval sweeps; concurrent deletions skip.
+  if (now < due || !next_qgroup_sweep_ns_.compare_exchange_strong(due, next)) return;
+  ClearStaleQgroups(fs_fd);
 }
 
 Status BtrfsDriver::EnsureQuota() {
@@ -271,7 +282,7 @@ Status BtrfsDriver::DeleteRoot(const std::string& id) {
   if (!r) return tl::unexpected(std::move(r.error()).Wrap("delete root " + id));
   if (*r) DestroyQgroup(fd->get(), *r);
   // Subvolumes deleted earlier have been cleaned meanwhile: their qgroups can go now.
-  ClearStaleQgroups(fd->get());
+  SweepStaleQgroups(fd->get());
   return Ok();
 }
 
@@ -306,7 +317,7 @@ Status BtrfsDriver::DeleteSnapshot(const std::string& snapshot_id) {
   if (!r) return tl::unexpected(std::move(r.error()).Wrap("delete snapshot " + snapshot_id));
   if (*r) DestroyQgroup(fd->get(), *r);
   // Subvolumes deleted earlier have been cleaned meanwhile: their qgroups can go now.
-  ClearStaleQgroups(fd->get());
+  SweepStaleQgroups(fd->get());
   return Ok();
 }
 

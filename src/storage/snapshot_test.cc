@@ -453,7 +453,7 @@ TEST_P(SnapshotTest, QuotaOfRootFromSnapshotCountsOnlyNewWrites) {
     ASSERT_TRUE(sys::RunChecked({.argv = {"btrfs", "filesystem", "sync", pool}}));
     ASSERT_TRUE(sys::RunChecked({.argv = {"btrfs", "subvolume", "sync", pool}}));
     ASSERT_TRUE(sys::RunChecked({.argv = {"btrfs", "filesystem", "sync", pool}}));
-    Reopen();   // as would the next delete
+    Reopen();   // as would a restart (or a deletion once the sweep interval has passed)
     auto show = sys::RunChecked({.argv = {"btrfs", "qgroup", "show", pool}});
     ASSERT_TRUE(show) << show.error().message;
     EXPECT_EQ(show->out.find("<stale>"), std::string::npos) << show->out;
