@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/keyctl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -10,6 +11,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -204,6 +206,9 @@ int SpawnChild(void* p) {
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   if (opts.new_session) ::setsid();
   if (opts.die_with_parent) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (opts.new_session_keyring &&
+      ::syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, nullptr) < 0 && errno != ENOSYS)
+    ChildFail(errfd, "join a new session keyring");
   if (opts.mount_ns_fd >= 0 && ::setns(opts.mount_ns_fd, CLONE_NEWNS) != 0) ChildFail(errfd, "setns");
   if (opts.net_ns_fd >= 0 && ::setns(opts.net_ns_fd, CLONE_NEWNET) != 0) ChildFail(errfd, "setns network namespace");
   if (!opts.attach_mounts.empty()) {

@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <linux/keyctl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/mount.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -164,6 +166,31 @@ TEST(SpawnTest, ChildrenKeepTheSoftLimitOnOpenFilesTheDaemonHadBefore) {
   r = sys::Run({.argv = {"/bin/sh", "-c", "ulimit -Sn"}});
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->out, "512\n");
+}
+
+// new_session_keyring: each child gets a session keyring of its own (an OCI runtime started
+// so with --no-new-keyring gives it to the sandbox), not the spawner's; without it the
+// child has the spawner's.
+TEST(SpawnTest, NewSessionKeyringIsTheChildsOwn) {
+  const long mine = ::syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 1);
+  if (mine < 0 && errno == ENOSYS) GTEST_SKIP() << "no keyrings in this kernel";
+  ASSERT_GT(mine, 0) << std::strerror(errno);
+  // Debian's interpreter (not a pyenv shim): ctypes calls keyctl(KEYCTL_GET_KEYRING_ID, @s).
+  const std::string py = "import ctypes; l = ctypes.CDLL(None); print(l.syscall(" +
+                         std::to_string(SYS_keyctl) + ", " + std::to_string(KEYCTL_GET_KEYRING_ID) +
+                         ", " + std::to_string(KEY_SPEC_SESSION_KEYRING) + ", 0))";
+  auto id_of_child = [&](bool fresh) -> long {
+    auto r = sys::Run({.argv = {"/usr/bin/python3", "-c", py}, .new_session_keyring = fresh});
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? std::stol(r->out) : -1;
+  };
+  EXPECT_EQ(id_of_child(false), mine);
+  const long a = id_of_child(true), b = id_of_child(true);
+  EXPECT_GT(a, 0);
+  EXPECT_GT(b, 0);
+  EXPECT_NE(a, mine);
+  EXPECT_NE(b, mine);
+  EXPECT_NE(a, b);
 }
 
 TEST(TempDirTest, RemovedOnDestruction) {

@@ -204,8 +204,11 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
   auto log = sys::Open(console, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
   if (!log) return tl::unexpected(log.error());
 
-  sys::SpawnOptions so = RuntimeCmd({"run", "-d", "--bundle", bundle, id});
+  // The sandbox's session keyring is a new anonymous one (keyctl is refused inside
+  // anyway, by the seccomp filter), not one the runtime looks up by the container's name.
+  sys::SpawnOptions so = RuntimeCmd({"run", "-d", "--no-new-keyring", "--bundle", bundle, id});
   so.new_session = true;  // not in the daemon's session or process group
+  so.new_session_keyring = true;
   // In the helper namespace crun sees this sandbox's mounts alone, in a namespace of this
   // start (mount_ns.h): what it reads and copies does not grow with the sandboxes running.
   std::vector<sys::UniqueFd> trees;
