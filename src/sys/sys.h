@@ -81,7 +81,8 @@ struct SpawnOptions {
   // A new anonymous session keyring for the child and all it starts, e.g. an OCI runtime
   // told not to make one (--no-new-keyring): crun joins a keyring named after the
   // container, a lookup that walks every named keyring on the host (find_keyring_by_name),
-  // ~1 ms per create beside 5,000 sandboxes. Kernels without keyrings: nothing to join.
+  // ~1 ms per create beside 5,000 sandboxes. Best effort: without keyrings (or keyctl
+  // refused around spaced) the child keeps the spawner's.
   bool new_session_keyring = false;
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  // -1: /dev/null
   int pass_fd = -1;                         // >= 3: given to the child as its fd 3
