@@ -119,6 +119,7 @@ class BtrfsDriver final : public Driver {
   std::vector<SpareKey> wanted_;                          // least recently claimed first
   std::vector<std::string> unwanted_;                     // spares to remove
   std::optional<SpareKey> making_;                        // the spare being made
+  bool removing_ = false;                                 // SpareLoop removes unwanted ones
   uint64_t renamed_ = 0;   // claims so far; each claim's rename has this number
   uint64_t settled_ = 0;   // every rename up to this one is committed
   uint64_t failed_ = 0;    // a commit covering renames up to this one failed

@@ -115,8 +115,16 @@ Status BtrfsDriver::SettleRoot(const std::string& id) {
 void BtrfsDriver::DropSpares(const std::string& digest) {
   std::vector<std::string> names;
   {
-    std::lock_guard l(spare_mu_);
+    std::unique_lock l(spare_mu_);
     std::erase_if(wanted_, [&](const SpareKey& k) { return k.digest == digest; });
+    // A spare of the layer being made now is on disk but not yet listed, and unwanted
+    // ones may be being removed: wait for both, so that none of the layer's is left once
+    // the layer is gone (the one being made is unwanted by then, and removed here).
+    spare_cv_.wait(l, [&] {
+      return ((!making_ || making_->digest != digest) && !removing_) || stop_;
+    });
+    names = std::move(unwanted_);
+    unwanted_.clear();
     for (auto it = spares_.begin(); it != spares_.end();) {
       if (it->first.digest != digest) {
         ++it;
@@ -144,9 +152,12 @@ void BtrfsDriver::SpareLoop() {
     if (!unwanted_.empty()) {
       std::vector<std::string> names = std::move(unwanted_);
       unwanted_.clear();
+      removing_ = true;
       l.unlock();
       RemoveSpares(names);
       l.lock();
+      removing_ = false;
+      spare_cv_.notify_all();
       continue;
     }
     const uint64_t upto = renamed_;
@@ -174,6 +185,7 @@ void BtrfsDriver::SpareLoop() {
         // E.g. the layer went meanwhile: stop wanting it (a claim wants it again).
         spdlog::debug("storage: spare root of layer {}: {}", key.digest, st.error().message);
         std::erase(wanted_, key);
+        spare_cv_.notify_all();   // DropSpares waits for making_ to clear
         continue;
       }
       settled_ = std::max(settled_, upto);
