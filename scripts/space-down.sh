@@ -18,8 +18,9 @@ if [ -d "$STATE" ]; then
       fi
     done
   done
-  # Leftover cgroups of the sandboxes (crun removes them; this covers crashes).
-  for dir in /sys/fs/cgroup/*/space/sb-* /sys/fs/cgroup/space/sb-*; do
+  # Leftover cgroups of the sandboxes (crun removes them; this covers crashes), and the
+  # memory cgroups kept for later sandboxes (spaced --parked-memory-cgroups; empty ones only).
+  for dir in /sys/fs/cgroup/*/space/sb-* /sys/fs/cgroup/space/sb-* /sys/fs/cgroup/memory/space/.park-*; do
     [ -d "$dir" ] && grep -q . "$dir/cgroup.procs" 2>/dev/null && continue
     [ -d "$dir" ] && rmdir "$dir" 2>/dev/null || true
   done

@@ -183,6 +183,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   int64_t max_file_bytes = 1ll << 30;
   bool no_userns = false;
+  runtime::OciOptions oci;
   std::vector<std::string> warm_pools;
   std::string crash_point;
   int max_inflight = 1024;
@@ -276,6 +277,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-file-bytes", max_file_bytes, "largest file upload")->capture_default_str();
   app.add_flag("--no-userns", no_userns, "run sandboxes without a user namespace");
+  app.add_option("--parked-memory-cgroups", oci.parked_memory_cgroups,
+                 "memory cgroups of deleted sandboxes kept for new ones (crun, cgroup v1; 0: none)")
+      ->capture_default_str()->check(CLI::Range(0, 100000));
   app.add_option("--max-inflight", max_inflight,
                  "requests served at once; beyond it clients get 429 + Retry-After (0 = no limit)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
@@ -452,7 +456,6 @@ int main(int argc, char** argv) {
   if (!storage) return Fatal("open storage", storage.error());
   spdlog::info("storage driver: {}", (*storage)->Name());
 
-  runtime::OciOptions oci;
   oci.state_dir = data_dir + "/runtime/oci";
   oci.runtime_binary = oci_binary;
   oci.agent_binary = agent_binary;

@@ -10,7 +10,8 @@
 //   runtime                    which binary owns this state dir (one binary per state dir)
 // so a second runtime object created on the same state_dir (a daemon restart) finds, pauses
 // and destroys the instances of the first. Containers run detached in their own session:
-// they survive the daemon's death. Destroy() leaves no process, cgroup, mount or file.
+// they survive the daemon's death. Destroy() leaves no process, cgroup, mount or file (but a parked memory cgroup:
+// OciOptions::parked_memory_cgroups).
 //
 // Security note for callers: run/<id>/ is writable by the sandbox, so agent.sock may be
 // replaced by a symlink to another socket on the host. Connect without following
@@ -42,6 +43,9 @@ struct OciOptions {
   // Running sandboxes per file of the agent binary: beyond it, starts run identical
   // copies under state_dir/agent (agent_copies.h says why).
   size_t sandboxes_per_agent_file = 64;
+  // crun on cgroup v1: memory cgroups of deleted sandboxes kept for new ones, at most this
+  // many (memcg_pool.h says why); 0 = each is removed with its sandbox.
+  size_t parked_memory_cgroups = 512;
 };
 
 // Checks the host (runtime binary, agent binary, cgroup layout, permissions), creates the

@@ -13,6 +13,7 @@
 
 #include "common/json.h"
 #include "runtime/oci/agent_copies.h"
+#include "runtime/oci/memcg_pool.h"
 #include "runtime/oci/mount_ns.h"
 #include "runtime/oci/netns.h"
 #include "runtime/oci/oci.h"
@@ -149,6 +150,8 @@ class OciRuntime final : public Runtime {
   std::string sysfs_;  // BundleParams::sysfs_source: the shared read-only sysfs ("" = none)
   // The agent binary's file for each start (state_dir/agent: copies, a file per 64 sandboxes).
   std::unique_ptr<AgentCopies> agent_copies_;
+  // Memory cgroups of deleted sandboxes for new ones (crun on cgroup v1); null = none.
+  std::unique_ptr<MemcgPool> memcg_pool_;
 
   // The first cgroup migration after an idle spell waits for an RCU grace period (the
   // kernel's global cgroup_threadgroup_rwsem): 5-20 ms of crun joining the container's

@@ -464,6 +464,15 @@ Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
     rt->memory_swap_ = mem && sys::Exists(mem->mount_point + "/memory.memsw.limit_in_bytes");
   }
 
+  // Parked memory cgroups need `memory` in a v1 hierarchy of its own (memcg_pool.h).
+  if (const sys::Hierarchy* mem = sys::FindHierarchy(rt->hierarchies_, "memory");
+      kind == "crun" && opts.parked_memory_cgroups > 0 && mem && !mem->v2 &&
+      mem->controllers == std::vector<std::string>{"memory"}) {
+    rt->memcg_pool_ = std::make_unique<MemcgPool>(rt->hierarchies_, *mem, "/" + opts.cgroup_parent,
+                                                  opts.parked_memory_cgroups);
+    rt->memcg_pool_->Adopt();
+  }
+
   if (helper_ns) {
     auto ns = oci::HelperMountNs::Ensure(
         {sd + "/ns", {rt->bundles_dir_, rt->run_dir_, rt->runtime_root_}, {"/sys/fs/cgroup/unified"},
@@ -547,6 +556,9 @@ Status OciRuntime::Destroy(const std::string& id) {
   if (!ValidName(id)) return Fail(Errc::kInvalidArgument, "oci: bad instance id '" + id + "'");
   std::vector<std::string> problems;
   const std::string state = StateDirOf(id);
+  // The memory cgroup is kept for a later sandbox rather than removed (crun's delete
+  // takes it as gone), and settled below once its processes are.
+  const std::string parked = memcg_pool_ ? memcg_pool_->Park(id) : "";
 
   if (sys::Exists(state)) {
     auto r = RunRuntime({"delete", "-f", id});
@@ -560,6 +572,7 @@ Status OciRuntime::Destroy(const std::string& id) {
   // still in the cgroup and remove the cgroup directories.
   auto k = sys::KillAndRemoveCgroup(hierarchies_, CgroupRel(id));
   if (!k) problems.push_back(k.error().message);
+  if (!parked.empty()) memcg_pool_->Settle(parked);
   if (sys::Exists(state)) {
     // The processes are gone now, so a second delete can succeed; failing that, the
     // runtime's state directory is only bookkeeping and can go.

@@ -226,6 +226,8 @@ Status OciRuntime::StartSteps(const InstanceSpec& spec) {
   }
   so.stdout_fd = log->get();
   so.stderr_fd = log->get();
+  // A parked memory cgroup becomes this sandbox's; crun makes the other cgroups.
+  if (memcg_pool_) (void)memcg_pool_->Claim(id);
   auto child = sys::Spawn(so);
   if (!child) return tl::unexpected(child.error());
   log->Reset();

@@ -161,6 +161,19 @@ inline int64_t Percentile(std::vector<int64_t> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
+// The memory cgroups parked in `parent` (memcg_pool.h): names starting ".park-".
+inline std::vector<std::string> ParkedMemoryCgroups(const std::string& parent) {
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir(parent.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_type == DT_DIR && StartsWith(e->d_name, ".park-")) out.emplace_back(e->d_name);
+    }
+    ::closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 class OciTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -201,8 +214,12 @@ class OciTest : public ::testing::Test {
     started_.clear();
     others_.clear();
     rt_.reset();
-    // Our cgroup parent, in every hierarchy.
-    for (const auto& h : hier_) ::rmdir((h.mount_point + "/" + opts_.cgroup_parent).c_str());
+    // Our cgroup parent, in every hierarchy, with the memory cgroups parked in it.
+    for (const auto& h : hier_) {
+      const std::string parent = h.mount_point + "/" + opts_.cgroup_parent;
+      for (const auto& name : ParkedMemoryCgroups(parent)) ::rmdir((parent + "/" + name).c_str());
+      ::rmdir(parent.c_str());
+    }
     // The helper namespace's bind mounts (the namespace dies with the last one).
     if (!tmp_.path().empty()) {
       for (const auto& m : sys::MountsUnder(tmp_.path())) ::umount2(m.c_str(), MNT_DETACH);
