@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include <spdlog/spdlog.h>
 
+#include "common/common.h"
 #include "sys/sys.h"
 
 namespace space::runtime::oci_impl {
@@ -80,6 +82,36 @@ void MemcgPool::Remove(const std::string& name) const {
   if (!st) spdlog::warn("oci: remove parked memory cgroup {}: {}", name, st.error().message);
 }
 
+MemcgPool::~MemcgPool() {
+  {
+    std::lock_guard l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (trimmer_.joinable()) trimmer_.join();
+}
+
+void MemcgPool::StartTrimmer() {
+  if (trimmer_.joinable()) return;
+  last_claim_ns_ = MonotonicNanos();
+  trimmer_ = std::thread([this] { TrimLoop(); });
+}
+
+void MemcgPool::TrimLoop() {
+  std::unique_lock l(mu_);
+  while (!stop_) {
+    cv_.wait_for(l, std::chrono::nanoseconds(idle_ns_ / 6));
+    if (stop_) break;
+    if (ready_.empty() || MonotonicNanos() - last_claim_ns_ < idle_ns_) continue;
+    const size_t n = std::min(kTrimBatch, ready_.size());
+    std::vector<std::string> gone(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(n));
+    ready_.erase(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(n));
+    l.unlock();
+    for (const auto& name : gone) Remove(name);
+    l.lock();
+  }
+}
+
 void MemcgPool::Adopt() {
   std::vector<std::string> found;
   if (DIR* d = ::opendir(parent_.c_str())) {
@@ -107,6 +139,7 @@ void MemcgPool::Adopt() {
   for (const auto& name : remove) Remove(name);
   std::lock_guard l(mu_);
   ready_.insert(ready_.end(), keep.begin(), keep.end());
+  if (!ready_.empty()) StartTrimmer();
 }
 
 std::string MemcgPool::Park(const std::string& id) {
@@ -134,7 +167,10 @@ bool MemcgPool::Settle(const std::string& parked) {
   if (!keep) Remove(parked);
   std::lock_guard l(mu_);
   --settling_;
-  if (keep) ready_.push_back(parked);
+  if (keep) {
+    ready_.push_back(parked);
+    StartTrimmer();
+  }
   return keep;
 }
 
@@ -143,6 +179,7 @@ bool MemcgPool::Claim(const std::string& id) {
     std::string name;
     {
       std::lock_guard l(mu_);
+      last_claim_ns_ = MonotonicNanos();
       if (ready_.empty()) return false;
       // The most recently parked: its memory is the likeliest still cached.
       name = std::move(ready_.back());

@@ -11,7 +11,10 @@
 // cgroups are removed and made as before.
 //
 // Parked names start with '.', which no sandbox id can. At most `cap` are kept (beyond,
-// the caller removes the cgroup as before). What a parked cgroup still has charged (a few
+// the caller removes the cgroup as before). Each holds kernel memory (its per-cgroup
+// structures, mostly a shrinker slot per superblock on the host: ~460 KiB each beside
+// 5,000 sandboxes, a few KiB beside 50), so when no start has claimed one for `idle_ms`,
+// a thread removes them, 64 every idle_ms/6. What a parked cgroup still has charged (a few
 // hundred KiB of kernel objects of the sandbox it served) is counted in the next one's
 // usage until freed. Only for cgroup v1 with `memory` in a hierarchy of its own: on v2 a
 // sandbox's cgroup carries every controller, and its counters (CPU time) would carry over.
@@ -20,9 +23,12 @@
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sys/cgroups.h"
@@ -34,11 +40,15 @@ class MemcgPool {
   // `memory`: the v1 memory hierarchy, one of `all`; `parent_rel`: the sandboxes' parent
   // cgroup ("/space").
   MemcgPool(std::vector<sys::Hierarchy> all, const sys::Hierarchy& memory, std::string parent_rel,
-            size_t cap)
+            size_t cap, int64_t idle_ms)
       : all_(std::move(all)),
         parent_rel_(std::move(parent_rel)),
         parent_(memory.mount_point + parent_rel_),
-        cap_(cap) {}
+        cap_(cap),
+        idle_ns_(std::max<int64_t>(1, idle_ms) * 1'000'000) {}
+  ~MemcgPool();
+  MemcgPool(const MemcgPool&) = delete;
+  MemcgPool& operator=(const MemcgPool&) = delete;
 
   // Takes over what an earlier process parked: empty ones up to the cap; the others are
   // removed. Call once, before the first Claim.
@@ -61,17 +71,25 @@ class MemcgPool {
   size_t parked() const;
 
  private:
+  static constexpr size_t kTrimBatch = 64;
   bool Reset(const std::string& dir) const;
   void Remove(const std::string& name) const;
+  void StartTrimmer();   // with mu_ held
+  void TrimLoop();
 
   const std::vector<sys::Hierarchy> all_;
   const std::string parent_rel_;
   const std::string parent_;   // the memory hierarchy's directory of parent_rel_
   const size_t cap_;
+  const int64_t idle_ns_;
   mutable std::mutex mu_;
-  std::vector<std::string> ready_;   // parked and settled, for Claim
+  std::condition_variable cv_;
+  std::vector<std::string> ready_;   // parked and settled, for Claim; oldest first
   size_t settling_ = 0;              // parked, not settled yet (counted against the cap)
   uint64_t next_ = 0;
+  int64_t last_claim_ns_ = 0;        // MonotonicNanos of the last Claim (or the first park)
+  bool stop_ = false;
+  std::thread trimmer_;              // started with the first parked cgroup
 };
 
 }  // namespace space::runtime::oci_impl

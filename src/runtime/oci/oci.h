@@ -46,6 +46,8 @@ struct OciOptions {
   // crun on cgroup v1: memory cgroups of deleted sandboxes kept for new ones, at most this
   // many (memcg_pool.h says why); 0 = each is removed with its sandbox.
   size_t parked_memory_cgroups = 512;
+  // ... removed (a few at a time) once no start has taken one for this long.
+  int64_t parked_memory_cgroups_idle_ms = 60000;
 };
 
 // Checks the host (runtime binary, agent binary, cgroup layout, permissions), creates the

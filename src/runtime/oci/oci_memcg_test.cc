@@ -139,6 +139,29 @@ TEST_F(OciMemcgTest, ThePoolIsBoundedAndARestartAdoptsIt) {
   EXPECT_TRUE(ParkedMemoryCgroups(parent_).empty());
 }
 
+TEST_F(OciMemcgTest, ParkedOnesUnclaimedForAWhileAreRemoved) {
+  OciOptions o = opts_;
+  o.parked_memory_cgroups_idle_ms = 600;
+  auto rt = CreateOciRuntime(o);
+  ASSERT_TRUE(rt) << rt.error().message;
+  Runtime* one = rt->get();
+  others_.push_back(std::move(*rt));
+  ASSERT_TRUE(StartOn(one, Spec("ia")));
+  ASSERT_TRUE(StartOn(one, Spec("ib")));
+  ASSERT_TRUE(one->Destroy("ia"));
+  ASSERT_TRUE(one->Destroy("ib"));
+  EXPECT_EQ(ParkedMemoryCgroups(parent_).size(), 2u);
+  // A start within the idle time takes one; the other goes once none was taken for 600 ms.
+  ASSERT_TRUE(StartOn(one, Spec("ic")));
+  EXPECT_EQ(ParkedMemoryCgroups(parent_).size(), 1u);
+  const int64_t t0 = MonotonicNanos();
+  while (!ParkedMemoryCgroups(parent_).empty() && MonotonicNanos() - t0 < 5'000'000'000)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(ParkedMemoryCgroups(parent_).empty());
+  EXPECT_GE(MonotonicNanos() - t0, 400'000'000) << "removed before the idle time";
+  ASSERT_TRUE(ConnectWithRetry(one->AgentSocketPath("ic")));
+}
+
 TEST_F(OciMemcgTest, NoneAreParkedWhenTheOptionIsZero) {
   OciOptions o = opts_;
   o.parked_memory_cgroups = 0;

@@ -469,7 +469,8 @@ Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
       kind == "crun" && opts.parked_memory_cgroups > 0 && mem && !mem->v2 &&
       mem->controllers == std::vector<std::string>{"memory"}) {
     rt->memcg_pool_ = std::make_unique<MemcgPool>(rt->hierarchies_, *mem, "/" + opts.cgroup_parent,
-                                                  opts.parked_memory_cgroups);
+                                                  opts.parked_memory_cgroups,
+                                                  opts.parked_memory_cgroups_idle_ms);
     rt->memcg_pool_->Adopt();
   }
 
