@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -89,6 +90,11 @@ MemcgPool::~MemcgPool() {
   }
   cv_.notify_all();
   if (trimmer_.joinable()) trimmer_.join();
+  // A stopped daemon holds no kernel memory for sandboxes it may never make (one that
+  // crashed leaves them to the next one's Adopt, or to scripts/space-down.sh).
+  for (const auto& name : ready_) {
+    if (::rmdir((parent_ + "/" + name).c_str()) != 0 && errno != ENOENT) Remove(name);
+  }
 }
 
 void MemcgPool::StartTrimmer() {

@@ -46,12 +46,13 @@ class MemcgPool {
         parent_(memory.mount_point + parent_rel_),
         cap_(cap),
         idle_ns_(std::max<int64_t>(1, idle_ms) * 1'000'000) {}
-  ~MemcgPool();
+  ~MemcgPool();   // removes the parked ones
   MemcgPool(const MemcgPool&) = delete;
   MemcgPool& operator=(const MemcgPool&) = delete;
 
-  // Takes over what an earlier process parked: empty ones up to the cap; the others are
-  // removed. Call once, before the first Claim.
+  // Takes over what an earlier process left parked (one that crashed: the destructor
+  // removes them): empty ones up to the cap; the others are removed. Call once, before the
+  // first Claim.
   void Adopt();
 
   // Parks `id`'s memory cgroup (renames it); returns the parked name, or "" (nothing

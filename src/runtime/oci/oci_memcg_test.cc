@@ -1,6 +1,7 @@
 // Integration tests of parked memory cgroups (memcg_pool.h) against the real crun: a
 // deleted sandbox's memory cgroup serves the next one, with the next one's limits; the
-// pool is bounded; a restarted runtime adopts what was parked and removes what cannot be.
+// pool is bounded; a runtime object after a crash adopts what was parked and removes what
+// cannot be; a stopped one removes its own.
 #include <sys/wait.h>
 
 #include "runtime/oci/oci_test_fixture.h"
@@ -160,6 +161,16 @@ TEST_F(OciMemcgTest, ParkedOnesUnclaimedForAWhileAreRemoved) {
   EXPECT_TRUE(ParkedMemoryCgroups(parent_).empty());
   EXPECT_GE(MonotonicNanos() - t0, 400'000'000) << "removed before the idle time";
   ASSERT_TRUE(ConnectWithRetry(one->AgentSocketPath("ic")));
+}
+
+TEST_F(OciMemcgTest, AStoppedRuntimeLeavesNoneParked) {
+  auto rt = CreateOciRuntime(opts_);
+  ASSERT_TRUE(rt) << rt.error().message;
+  ASSERT_TRUE((*rt)->Start(Spec("sa")));
+  ASSERT_TRUE((*rt)->Destroy("sa"));
+  EXPECT_EQ(ParkedMemoryCgroups(parent_).size(), 1u);
+  rt->reset();   // a daemon stopping (one killed leaves them for the next one's Adopt)
+  EXPECT_TRUE(ParkedMemoryCgroups(parent_).empty());
 }
 
 TEST_F(OciMemcgTest, NoneAreParkedWhenTheOptionIsZero) {
