@@ -201,8 +201,8 @@ void PrintPhase(const std::string& what, int want, int background, int clients, 
   auto a = Summarize(ph.accept_ms), f = Summarize(ph.finish_ms);
   std::printf("%s: %d of %d in %.2f s = %.1f/s (%d clients, %d idle beside); answered p50 %.1f "
               "ms p99 %.1f ms; done p50 %.0f ms p99 %.0f ms max %.0f ms\n",
-              what.c_str(), ph.done, want, ph.seconds, ph.seconds > 0 ? ph.done / ph.seconds : 0, clients,
-              background, a.p50, a.p99, f.p50, f.p99, f.max);
+              what.c_str(), ph.done, want, ph.seconds, ph.seconds > 0 ? ph.done / ph.seconds : 0,
+              clients, background, a.p50, a.p99, f.p50, f.p99, f.max);
 }
 
 }  // namespace

@@ -128,6 +128,7 @@ void MemcgPool::Adopt() {
     ::closedir(d);
   }
   std::vector<std::string> keep, remove;
+  uint64_t next = 0;   // later names must not meet these
   for (const auto& name : found) {
     const std::string dir = parent_ + "/" + name;
     if (keep.size() < cap_ && NoProcesses(dir) && !HasChildren(dir) && Reset(dir)) {
@@ -135,15 +136,13 @@ void MemcgPool::Adopt() {
     } else {
       remove.push_back(name);
     }
-    // Later names must not meet these.
     unsigned long long n = 0;
-    if (std::sscanf(name.c_str() + std::strlen(kPrefix), "%llu", &n) == 1) {
-      std::lock_guard l(mu_);
-      next_ = std::max<uint64_t>(next_, n + 1);
-    }
+    if (std::sscanf(name.c_str() + std::strlen(kPrefix), "%llu", &n) == 1)
+      next = std::max<uint64_t>(next, n + 1);
   }
   for (const auto& name : remove) Remove(name);
   std::lock_guard l(mu_);
+  next_ = std::max(next_, next);
   ready_.insert(ready_.end(), keep.begin(), keep.end());
   if (!ready_.empty()) StartTrimmer();
 }
@@ -199,11 +198,6 @@ bool MemcgPool::Claim(const std::string& id) {
     ready_.push_back(name);
     return false;
   }
-}
-
-size_t MemcgPool::parked() const {
-  std::lock_guard l(mu_);
-  return ready_.size();
 }
 
 }  // namespace space::runtime::oci_impl

@@ -69,8 +69,6 @@ class MemcgPool {
   // False if none was parked or the rename failed (then nothing changed for `id`).
   bool Claim(const std::string& id);
 
-  size_t parked() const;
-
  private:
   static constexpr size_t kTrimBatch = 64;
   bool Reset(const std::string& dir) const;

@@ -33,6 +33,15 @@ class OciMemcgTest : public OciTest {
     return ReadTrim(sys::FindHierarchy(hier_, "memory")->mount_point + "/memory.limit_in_bytes");
   }
 
+  // A second runtime object on the fixture's state dir, destroyed after the cleanup.
+  Runtime* RuntimeWith(const OciOptions& o) {
+    auto rt = CreateOciRuntime(o);
+    EXPECT_TRUE(rt) << rt.error().message;
+    if (!rt) return nullptr;
+    others_.push_back(std::move(*rt));
+    return others_.back().get();
+  }
+
   std::string parent_;
 };
 
@@ -97,10 +106,8 @@ TEST_F(OciMemcgTest, ADeletedSandboxsMemoryCgroupServesTheNextWithItsLimits) {
 TEST_F(OciMemcgTest, ThePoolIsBoundedAndARestartAdoptsIt) {
   OciOptions o = opts_;
   o.parked_memory_cgroups = 1;
-  auto rt = CreateOciRuntime(o);
-  ASSERT_TRUE(rt) << rt.error().message;
-  Runtime* one = rt->get();
-  others_.push_back(std::move(*rt));
+  Runtime* one = RuntimeWith(o);
+  ASSERT_NE(one, nullptr);
   ASSERT_TRUE(StartOn(one, Spec("pa")));
   ASSERT_TRUE(StartOn(one, Spec("pb")));
   const ino_t ino_b = Inode(CgroupDir("memory", "pb"));
@@ -122,17 +129,23 @@ TEST_F(OciMemcgTest, ThePoolIsBoundedAndARestartAdoptsIt) {
     ::_exit(127);
   }
   ASSERT_GT(child, 0);
+  // Should the test stop before the adoption killed it: no sleeper left in the cgroup.
+  struct Reap {
+    pid_t& pid;
+    ~Reap() {
+      if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+    }
+  } reap{child};
   std::ofstream(stray + "/cgroup.procs") << child;
   EXPECT_EQ(ReadTrim(stray + "/cgroup.procs"), std::to_string(child));
 
   // A restart (a new runtime object) adopts the empty one and reuses it.
-  auto again = CreateOciRuntime(o);
-  ASSERT_TRUE(again) << again.error().message;
-  Runtime* two = again->get();
-  others_.push_back(std::move(*again));
+  Runtime* two = RuntimeWith(o);
+  ASSERT_NE(two, nullptr);
   int status = 0;
   EXPECT_EQ(::waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  child = -1;   // reaped
   EXPECT_FALSE(sys::Exists(stray));
   ASSERT_TRUE(StartOn(two, Spec("pc")));
   EXPECT_EQ(Inode(CgroupDir("memory", "pc")), ino_b);
@@ -143,10 +156,8 @@ TEST_F(OciMemcgTest, ThePoolIsBoundedAndARestartAdoptsIt) {
 TEST_F(OciMemcgTest, ParkedOnesUnclaimedForAWhileAreRemoved) {
   OciOptions o = opts_;
   o.parked_memory_cgroups_idle_ms = 600;
-  auto rt = CreateOciRuntime(o);
-  ASSERT_TRUE(rt) << rt.error().message;
-  Runtime* one = rt->get();
-  others_.push_back(std::move(*rt));
+  Runtime* one = RuntimeWith(o);
+  ASSERT_NE(one, nullptr);
   ASSERT_TRUE(StartOn(one, Spec("ia")));
   ASSERT_TRUE(StartOn(one, Spec("ib")));
   ASSERT_TRUE(one->Destroy("ia"));
@@ -176,10 +187,8 @@ TEST_F(OciMemcgTest, AStoppedRuntimeLeavesNoneParked) {
 TEST_F(OciMemcgTest, NoneAreParkedWhenTheOptionIsZero) {
   OciOptions o = opts_;
   o.parked_memory_cgroups = 0;
-  auto rt = CreateOciRuntime(o);
-  ASSERT_TRUE(rt) << rt.error().message;
-  Runtime* zero = rt->get();
-  others_.push_back(std::move(*rt));
+  Runtime* zero = RuntimeWith(o);
+  ASSERT_NE(zero, nullptr);
   ASSERT_TRUE(StartOn(zero, Spec("z")));
   ASSERT_TRUE(zero->Destroy("z"));
   ExpectNoTraces(zero, o, "z");
