@@ -381,6 +381,12 @@ int main(int argc, char** argv) {
               KiB((full.rss - idle.rss) / n).c_str(), KiB((after_run.rss - idle.rss) / n).c_str(),
               KiB((idle.avail - full.avail) / n).c_str(),
               KiB((idle.avail - after_run.avail) / n).c_str());
+  // Both: with --rates the second also holds what the timed creates and deletes left
+  // (e.g. parked memory cgroups).
+  std::printf("per sandbox, by /proc/meminfo (idle -> %d idle sandboxes):", created);
+  for (size_t i = 0; i < kParts; ++i)
+    std::printf(" %s %s%s", kMeminfoParts[i], KiB((full.parts[i] - idle.parts[i]) / n).c_str(),
+                i + 1 < kParts ? "," : "\n");
   std::printf("per sandbox, by /proc/meminfo (idle -> %d sandboxes after a command):", created);
   for (size_t i = 0; i < kParts; ++i)
     std::printf(" %s %s%s", kMeminfoParts[i], KiB((after_run.parts[i] - idle.parts[i]) / n).c_str(),
