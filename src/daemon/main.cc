@@ -26,6 +26,7 @@
 #include "runtime/plugin/plugin.h"
 #include "storage/storage.h"
 #include "store/store.h"
+#include "sys/cgroups.h"
 #include "sys/sys.h"
 
 namespace {
@@ -183,6 +184,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   int64_t max_file_bytes = 1ll << 30;
   bool no_userns = false;
+  bool no_cgroup_favordynmods = false;
   runtime::OciOptions oci;
   std::vector<std::string> warm_pools;
   std::string crash_point;
@@ -277,6 +279,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-file-bytes", max_file_bytes, "largest file upload")->capture_default_str();
   app.add_flag("--no-userns", no_userns, "run sandboxes without a user namespace");
+  app.add_flag("--no-cgroup-favordynmods", no_cgroup_favordynmods,
+               "leave the host's cgroup2 favordynmods as it is (default: turned on, so a "
+               "sandbox's start does not wait for an RCU grace period)");
   app.add_option("--parked-memory-cgroups", oci.parked_memory_cgroups,
                  "memory cgroups of deleted sandboxes kept for new ones (crun, cgroup v1; 0: none)")
       ->capture_default_str()->check(CLI::Range(0, 100000));
@@ -456,6 +461,15 @@ int main(int argc, char** argv) {
   if (!storage) return Fatal("open storage", storage.error());
   spdlog::info("storage driver: {}", (*storage)->Name());
 
+  // Before the runtimes: each start moves processes into new cgroups (docs/design-notes.md).
+  if (!no_cgroup_favordynmods) {
+    auto favored = sys::SetCgroupFavorDynmods(true);
+    if (!favored)
+      spdlog::warn("cgroup2 favordynmods not turned on ({}): each sandbox start may wait for "
+                   "an RCU grace period", favored.error().message);
+    else if (!*favored)
+      spdlog::info("no cgroup2 hierarchy: favordynmods left alone");
+  }
   oci.state_dir = data_dir + "/runtime/oci";
   oci.runtime_binary = oci_binary;
   oci.agent_binary = agent_binary;

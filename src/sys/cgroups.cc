@@ -4,7 +4,10 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
@@ -12,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -108,14 +112,72 @@ std::vector<Hierarchy> CgroupHierarchies() {
     Hierarchy h;
     h.mount_point = UnescapeMountField(mp);
     h.v2 = fstype == "cgroup2";
-    if (!h.v2) {
-      for (auto& o : Split(super, ',')) {
-        if (o != "rw" && o != "ro") h.controllers.push_back(o);
-      }
+    for (auto& o : Split(super, ',')) {
+      if (o != "rw" && o != "ro") (h.v2 ? h.options : h.controllers).push_back(o);
     }
     out.push_back(std::move(h));
   }
   return out;
+}
+
+namespace {
+
+std::optional<Hierarchy> CgroupV2() {
+  for (auto& h : CgroupHierarchies()) {
+    if (h.v2) return std::move(h);
+  }
+  return std::nullopt;
+}
+
+bool HasOption(const Hierarchy& h, std::string_view o) {
+  return std::find(h.options.begin(), h.options.end(), o) != h.options.end();
+}
+
+}  // namespace
+
+bool CgroupFavorDynmods() {
+  auto v2 = CgroupV2();
+  return v2 && HasOption(*v2, "favordynmods");
+}
+
+Result<bool> SetCgroupFavorDynmods(bool on) {
+  auto v2 = CgroupV2();
+  if (!v2) return false;
+  if (HasOption(*v2, "favordynmods") == on) return on;
+  // A new mount of cgroup2 applies its options to the one hierarchy (in the initial
+  // cgroup namespace): the superblock's others are repeated so none is dropped.
+  // (Off: left out; the kernel takes no "nofavordynmods" on a new mount.)
+  std::vector<std::string> opts;
+  for (const auto& o : v2->options) {
+    if (o != "favordynmods") opts.push_back(o);
+  }
+  if (on) opts.push_back("favordynmods");
+  std::string data;
+  for (const auto& o : opts) data += (data.empty() ? "" : ",") + o;
+  // Mounted on the directory above the hierarchy's own mount point: on that one the
+  // kernel would apply the options and then refuse the mount (EBUSY, the same file
+  // system on the same place).
+  std::string target = v2->mount_point.substr(0, v2->mount_point.find_last_of('/'));
+  if (target.empty()) target = "/";
+  pid_t pid = ::fork();
+  if (pid < 0) return ErrnoFail("fork");
+  if (pid == 0) {
+    // Raw syscalls only: the caller may be multi-threaded.
+    if (::unshare(CLONE_NEWNS) != 0) ::_exit(errno);
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) ::_exit(errno);
+    if (::mount("cgroup2", target.c_str(), "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                data.c_str()) != 0)
+      ::_exit(errno);
+    ::_exit(0);
+  }
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0) {
+    if (errno != EINTR) return ErrnoFail("waitpid");
+  }
+  if (!WIFEXITED(st)) return Fail(Errc::kInternal, "cgroup2 mount helper killed by a signal");
+  if (int e = WEXITSTATUS(st); e != 0)
+    return ErrnoFail("mount cgroup2 -o '" + data + "'", e);
+  return CgroupFavorDynmods();
 }
 
 const Hierarchy* FindHierarchy(const std::vector<Hierarchy>& all, std::string_view controller) {

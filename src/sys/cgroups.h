@@ -29,11 +29,25 @@ struct Hierarchy {
   std::string mount_point;  // e.g. /sys/fs/cgroup/memory, or /sys/fs/cgroup/unified
   bool v2 = false;
   std::vector<std::string> controllers;  // v1 only: "memory", "name=systemd", ...
+  std::vector<std::string> options;      // v2 only: the superblock's ("nsdelegate", ...)
 };
 // Every cgroup hierarchy mounted in this process's mount namespace.
 std::vector<Hierarchy> CgroupHierarchies();
 // The hierarchy carrying a v1 controller ("freezer"), else the v2 one; nullptr if none.
 const Hierarchy* FindHierarchy(const std::vector<Hierarchy>& all, std::string_view controller);
+
+// The kernel's `favordynmods` of the cgroup2 hierarchy (since Linux 6.0, cgroup-v2.rst):
+// on, moving a task into another cgroup (every container start) no longer waits for an
+// RCU grace period (~5-10 ms on an otherwise idle host), and forks and exits take the
+// global threadgroup lock's slower reader path. Host-wide; it outlives the caller.
+// Set by mounting cgroup2 with the options its superblock has, plus or minus
+// favordynmods, in a private mount namespace of a short-lived child: no mount of the
+// host's changes. Returns whether it is on afterwards; false, not an error, on a host
+// without a cgroup2 mount. Fails where the kernel refuses the option (before 6.0) or the
+// caller is not root in the initial namespaces.
+[[nodiscard]] Result<bool> SetCgroupFavorDynmods(bool on);
+// Whether it is on now (false without a cgroup2 mount).
+bool CgroupFavorDynmods();
 
 // Kills every process in the cgroup `rel` ("/space/<id>") and its descendants, in every
 // hierarchy, then removes those cgroup directories (deepest first). Freezes first so a

@@ -158,7 +158,7 @@ class OciRuntime final : public Runtime {
   // first cgroup. A no-op migration of spaced's own process into the cgroup it is already
   // in, started as a create begins, absorbs that wait in parallel with the create's other
   // steps; crun's migrations a few ms later find the semaphore ready.
-  std::string own_procs_;  // spaced's own cgroup.procs ("" = not found: no warming)
+  std::string own_procs_;  // spaced's own cgroup.procs ("" = not found, or favordynmods on: no warming)
   std::mutex warm_mu_;
   std::condition_variable warm_cv_;
   bool warm_kick_ = false, warm_stop_ = false;
