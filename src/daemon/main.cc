@@ -468,7 +468,8 @@ int main(int argc, char** argv) {
       spdlog::warn("cgroup2 favordynmods not turned on ({}): each sandbox start may wait for "
                    "an RCU grace period", favored.error().message);
     else if (!*favored)
-      spdlog::info("no cgroup2 hierarchy: favordynmods left alone");
+      spdlog::info("cgroup2 favordynmods is off (no cgroup2 hierarchy, or not the host's "
+                   "cgroup namespace): each sandbox start may wait for an RCU grace period");
   }
   oci.state_dir = data_dir + "/runtime/oci";
   oci.runtime_binary = oci_binary;

@@ -43,8 +43,9 @@ const Hierarchy* FindHierarchy(const std::vector<Hierarchy>& all, std::string_vi
 // Set by mounting cgroup2 with the options its superblock has, plus or minus
 // favordynmods, in a private mount namespace of a short-lived child: no mount of the
 // host's changes. Returns whether it is on afterwards; false, not an error, on a host
-// without a cgroup2 mount. Fails where the kernel refuses the option (before 6.0) or the
-// caller is not root in the initial namespaces.
+// without a cgroup2 mount or outside the initial cgroup namespace (the kernel takes the
+// mount and ignores its options). Fails where the kernel refuses the option (before 6.0)
+// or the caller may not mount.
 [[nodiscard]] Result<bool> SetCgroupFavorDynmods(bool on);
 // Whether it is on now (false without a cgroup2 mount).
 bool CgroupFavorDynmods();
