@@ -383,14 +383,14 @@ int main(int argc, char** argv) {
               KiB((idle.avail - after_run.avail) / n).c_str());
   // Both: with --rates the second also holds what the timed creates and deletes left
   // (e.g. parked memory cgroups).
-  std::printf("per sandbox, by /proc/meminfo (idle -> %d idle sandboxes):", created);
-  for (size_t i = 0; i < kParts; ++i)
-    std::printf(" %s %s%s", kMeminfoParts[i], KiB((full.parts[i] - idle.parts[i]) / n).c_str(),
-                i + 1 < kParts ? "," : "\n");
-  std::printf("per sandbox, by /proc/meminfo (idle -> %d sandboxes after a command):", created);
-  for (size_t i = 0; i < kParts; ++i)
-    std::printf(" %s %s%s", kMeminfoParts[i], KiB((after_run.parts[i] - idle.parts[i]) / n).c_str(),
-                i + 1 < kParts ? "," : "\n");
+  auto parts = [&](const char* what, const Sample& s) {
+    std::printf("per sandbox, by /proc/meminfo (idle -> %d %s):", created, what);
+    for (size_t i = 0; i < kParts; ++i)
+      std::printf(" %s %s%s", kMeminfoParts[i], KiB((s.parts[i] - idle.parts[i]) / n).c_str(),
+                  i + 1 < kParts ? "," : "\n");
+  };
+  parts("idle sandboxes", full);
+  parts("sandboxes after a command", after_run);
   const double growth = idle.rss > 0 ? static_cast<double>(gone.rss - idle.rss) / idle.rss : 0;
   std::printf("spaced RSS after the deletes: %+.1f %% of idle\n", growth * 100);
   if (!create_ms.empty()) {

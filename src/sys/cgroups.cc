@@ -15,7 +15,6 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
-#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -122,38 +121,34 @@ std::vector<Hierarchy> CgroupHierarchies() {
 
 namespace {
 
-std::optional<Hierarchy> CgroupV2() {
-  for (auto& h : CgroupHierarchies()) {
-    if (h.v2) return std::move(h);
+const Hierarchy* V2Of(const std::vector<Hierarchy>& all) {
+  for (const auto& h : all) {
+    if (h.v2) return &h;
   }
-  return std::nullopt;
-}
-
-bool HasOption(const Hierarchy& h, std::string_view o) {
-  return std::find(h.options.begin(), h.options.end(), o) != h.options.end();
+  return nullptr;
 }
 
 }  // namespace
 
-bool CgroupFavorDynmods() {
-  auto v2 = CgroupV2();
-  return v2 && HasOption(*v2, "favordynmods");
+bool CgroupFavorDynmods(const std::vector<Hierarchy>& all) {
+  const Hierarchy* v2 = V2Of(all);
+  return v2 && std::find(v2->options.begin(), v2->options.end(), "favordynmods") != v2->options.end();
 }
 
 Result<bool> SetCgroupFavorDynmods(bool on) {
-  auto v2 = CgroupV2();
+  const auto all = CgroupHierarchies();
+  const Hierarchy* v2 = V2Of(all);
   if (!v2) return false;
-  if (HasOption(*v2, "favordynmods") == on) return on;
+  if (CgroupFavorDynmods(all) == on) return on;
   // A new mount of cgroup2 applies its options to the one hierarchy (in the initial
   // cgroup namespace): the superblock's others are repeated so none is dropped.
   // (Off: left out; the kernel takes no "nofavordynmods" on a new mount.)
-  std::vector<std::string> opts;
-  for (const auto& o : v2->options) {
-    if (o != "favordynmods") opts.push_back(o);
-  }
-  if (on) opts.push_back("favordynmods");
   std::string data;
-  for (const auto& o : opts) data += (data.empty() ? "" : ",") + o;
+  for (const auto& o : v2->options) {
+    if (o != "favordynmods") data += o + ",";
+  }
+  if (on) data += "favordynmods";
+  else if (!data.empty()) data.pop_back();
   // Mounted on the directory above the hierarchy's own mount point: on that one the
   // kernel would apply the options and then refuse the mount (EBUSY, the same file
   // system on the same place).
@@ -177,7 +172,7 @@ Result<bool> SetCgroupFavorDynmods(bool on) {
   if (!WIFEXITED(st)) return Fail(Errc::kInternal, "cgroup2 mount helper killed by a signal");
   if (int e = WEXITSTATUS(st); e != 0)
     return ErrnoFail("mount cgroup2 -o '" + data + "'", e);
-  return CgroupFavorDynmods();
+  return CgroupFavorDynmods(CgroupHierarchies());
 }
 
 const Hierarchy* FindHierarchy(const std::vector<Hierarchy>& all, std::string_view controller) {
@@ -185,10 +180,7 @@ const Hierarchy* FindHierarchy(const std::vector<Hierarchy>& all, std::string_vi
     if (std::find(h.controllers.begin(), h.controllers.end(), controller) != h.controllers.end())
       return &h;
   }
-  for (const auto& h : all) {
-    if (h.v2) return &h;
-  }
-  return nullptr;
+  return V2Of(all);
 }
 
 std::vector<std::string> ExistingCgroupDirs(const std::vector<Hierarchy>& hierarchies,

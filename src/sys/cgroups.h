@@ -47,8 +47,8 @@ const Hierarchy* FindHierarchy(const std::vector<Hierarchy>& all, std::string_vi
 // mount and ignores its options). Fails where the kernel refuses the option (before 6.0)
 // or the caller may not mount.
 [[nodiscard]] Result<bool> SetCgroupFavorDynmods(bool on);
-// Whether it is on now (false without a cgroup2 mount).
-bool CgroupFavorDynmods();
+// Whether it is on, by the cgroup2 hierarchy among `all` (false without one).
+bool CgroupFavorDynmods(const std::vector<Hierarchy>& all);
 
 // Kills every process in the cgroup `rel` ("/space/<id>") and its descendants, in every
 // hierarchy, then removes those cgroup directories (deepest first). Freezes first so a

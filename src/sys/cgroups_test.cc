@@ -48,7 +48,7 @@ class CgroupFavorDynmodsTest : public ::testing::Test {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root (mount)";
     auto v2 = V2();
     if (!v2) GTEST_SKIP() << "no cgroup2 hierarchy mounted";
-    was_on_ = CgroupFavorDynmods();
+    was_on_ = CgroupFavorDynmods(CgroupHierarchies());
   }
   void TearDown() override {
     if (V2()) (void)SetCgroupFavorDynmods(was_on_);
@@ -64,7 +64,7 @@ TEST_F(CgroupFavorDynmodsTest, TurnsOnAndOffKeepingTheOtherOptionsAndMigrationsS
   auto off = SetCgroupFavorDynmods(false);
   ASSERT_TRUE(off) << off.error().message;
   EXPECT_FALSE(*off);
-  EXPECT_FALSE(CgroupFavorDynmods());
+  EXPECT_FALSE(CgroupFavorDynmods(CgroupHierarchies()));
   EXPECT_EQ(OptionsBut(*V2(), "favordynmods"), others);
 
   auto on = SetCgroupFavorDynmods(true);

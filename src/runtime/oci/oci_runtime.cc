@@ -359,7 +359,7 @@ Result<std::unique_ptr<Runtime>> OciRuntime::Create(const OciOptions& in) {
   }
   // With cgroup2's favordynmods on (spaced turns it on), a migration waits for no grace
   // period, so there is nothing to start early; the write would only take cgroup_mutex.
-  if (sys::CgroupFavorDynmods()) rt->own_procs_.clear();
+  if (sys::CgroupFavorDynmods(rt->hierarchies_)) rt->own_procs_.clear();
 
   const std::string& sd = rt->opts_.state_dir;
   rt->runtime_root_ = sd + "/" + kind;
