@@ -19,8 +19,16 @@ SPACE="$BUILD/bin/space"
 : "${SPACE_URL:?set SPACE_URL}" "${SPACE_API_KEY:?set SPACE_API_KEY}"
 
 echo "preparing the code-interpreter template…" >&2
-curl -fsS --noproxy '*' -X POST -H "Authorization: Bearer $SPACE_API_KEY" -H 'Content-Type: application/json' \
-  "$SPACE_URL/v1/templates?wait=900s" -d '{"builtin":"code-interpreter"}' >/dev/null
+# A wait is capped at 5 minutes a request and a build on a cache miss can take longer:
+# follow the operation until it has ended.
+op=$(curl -fsS --noproxy '*' -X POST -H "Authorization: Bearer $SPACE_API_KEY" -H 'Content-Type: application/json' \
+  "$SPACE_URL/v1/templates?wait=300s" -d '{"builtin":"code-interpreter"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["operation"]["id"])')
+for _ in $(seq 1 6); do
+  state=$(curl -fsS --noproxy '*' -H "Authorization: Bearer $SPACE_API_KEY" "$SPACE_URL/v1/operations/$op?wait=300s" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+  case "$state" in succeeded) break ;; failed) echo "preparing the template failed (operation $op)" >&2; exit 1 ;; esac
+done
+[ "$state" = succeeded ] || { echo "the template was not ready after 30 minutes (operation $op)" >&2; exit 1; }
 
 # Seconds since the epoch (ns resolution), and the milliseconds between two of them.
 now() { date +%s.%N; }

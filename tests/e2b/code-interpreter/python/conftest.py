@@ -28,17 +28,22 @@ CREATED: List[object] = []
 
 
 def _prepare_template() -> None:
+    """Asks for the template and follows its operation: a wait is capped at 5 minutes a
+    request, and a build on a cache miss can take longer."""
     t0 = time.monotonic()
-    req = urllib.request.Request(
-        os.environ["E2B_API_URL"] + "/v1/templates?wait=900s",
-        data=json.dumps({"builtin": "code-interpreter"}).encode(),
-        method="POST",
-        headers={"Authorization": "Bearer " + os.environ["E2B_API_KEY"],
-                 "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=960) as r:
+    headers = {"Authorization": "Bearer " + os.environ["E2B_API_KEY"],
+               "Content-Type": "application/json"}
+    base = os.environ["E2B_API_URL"]
+    req = urllib.request.Request(base + "/v1/templates?wait=300s", method="POST", headers=headers,
+                                 data=json.dumps({"builtin": "code-interpreter"}).encode())
+    with urllib.request.urlopen(req, timeout=360) as r:
         op = json.loads(r.read())["operation"]
-    assert op["state"] == "succeeded", op
+    deadline = time.monotonic() + 1800
+    while op.get("state") not in ("succeeded", "failed") and time.monotonic() < deadline:
+        req = urllib.request.Request(f"{base}/v1/operations/{op['id']}?wait=300s", headers=headers)
+        with urllib.request.urlopen(req, timeout=360) as r:
+            op = json.loads(r.read())
+    assert op.get("state") == "succeeded", op
     print(f"code-interpreter template ready in {time.monotonic() - t0:.1f} s")
 
 
