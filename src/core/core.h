@@ -66,6 +66,9 @@ struct Config {
   // Test hook: the daemon exits abruptly (like SIGKILL) when it reaches this named point
   // of an operation ("snapshot.frozen", "fork.parent_snapshot", "suspend.stopping", ...).
   std::string crash_point;
+  // Test hook: the operation fails with an internal error at this named point
+  // ("create.connect": a create whose agent never answered).
+  std::string fail_point;
   // Resource guards (guards.cc; docs/api.md "Resource guards").
   int64_t max_output_bytes = 2ll << 30;     // limits.output_bytes unless asked; 0 = unlimited
   int64_t default_disk_bytes = 10ll << 30;  // limits.disk_bytes unless asked; 0 = unlimited

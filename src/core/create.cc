@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <future>
+#include <optional>
 
 #include "core/internal.h"
 #include "core/templates.h"
@@ -15,6 +17,13 @@ namespace {
 Json LimitsJson(const runtime::Limits& l, int64_t output_bytes) {
   return {{"memory_bytes", l.memory_bytes}, {"pids", l.pids}, {"cpus", l.cpus},
           {"disk_bytes", l.disk_bytes}, {"nofile", l.nofile}, {"output_bytes", output_bytes}};
+}
+
+// Whether the template names a start command (RunStartCommand runs it).
+bool HasStartCommand(const store::SandboxRecord& rec) {
+  const Json* tc = JsonField(rec.spec, "template_config");
+  const Json* start = tc ? JsonField(*tc, "start_cmd") : nullptr;
+  return start && start->is_array() && !start->empty();
 }
 
 Status ValidateEnvKey(const std::string& k) {
@@ -370,10 +379,38 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
   // start can use); sb->rec is read only until the record is in. A crash before the commit
   // leaves an instance and a root without a record: recovery removes both as orphans.
   bool lost = false;
+  std::optional<std::future<Status>> ending;
   auto await_record = [&]() -> Status {
     if (!recorded || recorded->get()) return Ok();
     lost = true;
     return Fail(Errc::kInternal, "the sandbox's record was not stored");
+  };
+  // The create's end (the sandbox running, its operation succeeded) committed in the
+  // background from a copy of the record, which BringUp applies once the agent has
+  // connected and the commit is in. A crash after the commit and before the instance runs
+  // leaves a record that says running: recovery finds the instance, adopts it if its
+  // agent answers and marks it error otherwise, as for any running sandbox; a create that
+  // fails after it commits its failure over it. Nobody hears of the sandbox before both.
+  store::SandboxRecord ended_rec;
+  auto end_early = [&](const std::shared_ptr<Sandbox>& s, store::OperationRecord& op,
+                       const Json& res, const std::shared_future<bool>* rec_in) {
+    ended_rec = s->rec;  // CreateSandbox may still read s->rec: only read it here
+    ended_rec.state = "running";
+    ended_rec.reason.clear();
+    int64_t timeout_s = JsonIntOr(ended_rec.spec, "timeout_s", 0);
+    ended_rec.spec["expires_ms"] = timeout_s > 0 ? NowUnixMillis() + timeout_s * 1000 : 0;
+    ended_rec.updated_ms = op.updated_ms = NowUnixMillis();
+    op.state = "succeeded";
+    op.result = res;
+    std::optional<std::shared_future<bool>> in;
+    if (rec_in) in = *rec_in;
+    return std::async(std::launch::async, [this, rec = ended_rec, op, in]() -> Status {
+      if (in && !in->get()) return Fail(Errc::kInternal, "the sandbox's record was not stored");
+      SPACE_TRY_WRAP(storage->SettleRoot(rec.id), "root filesystem");
+      SPACE_TRY(store->PutSandboxAndOperation(rec, op));
+      CrashPoint("create.ended");
+      return Ok();
+    });
   };
   auto run = [&]() -> Status {
     if (!rt) return Fail(Errc::kInvalidArgument, "runtime " + sb->rec.runtime + " is gone");
@@ -395,26 +432,53 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
       spec = InstanceSpecFor(sb->rec, *root);
     }
     const int64_t t1 = MonotonicNanos();
+    CrashPoint("create.root");
+    // New processes (from the template, or a snapshot of the filesystem alone): the
+    // template's start command runs and is ready before anyone hears of the sandbox.
+    const std::vector<std::string> kinds = rt->Caps().snapshot_kinds;
+    bool kept = rt->Caps().own_disk && std::find(kinds.begin(), kinds.end(), "full") != kinds.end();
+    const bool start_cmd = (snapshot.empty() || !kept) && HasStartCommand(sb->rec);
+    const bool networked = StoredPolicy(sb->rec).internet();
     // A networked start writes the sandbox's addresses into its record.
-    if (StoredPolicy(sb->rec).internet()) SPACE_TRY(await_record());
+    if (networked) SPACE_TRY(await_record());
+    // With nothing left to run in the sandbox before it is answered, the create's end is
+    // committed while the instance starts and the agent connects (the commit's fsync
+    // overlaps them) rather than after; a networked start first writes the sandbox's
+    // addresses into the record. See end_early.
+    if (done && !start_cmd && !networked) ending = end_early(sb, *done, result, recorded);
     SPACE_TRY_WRAP(StartInstance(*sb, rt, std::move(spec)), "start " + sb->rec.runtime + " instance");
     CrashPoint("create.started");
+    if (done && !start_cmd && networked) ending = end_early(sb, *done, result, recorded);
     const int64_t t2 = MonotonicNanos();
+    SPACE_TRY_WRAP(FailPoint("create.connect"), "connect to agent");
     SPACE_TRY_WRAP(ConnectAgent(sb, config.agent_connect_timeout_ms), "connect to agent");
     // Made now, not by the first command: a warm-pool claim should not pay for it.
     SPACE_TRY_WRAP(sys::MkdirAll(LogDir(sb->rec.id), 0700), "output log dir");
     const int64_t t3 = MonotonicNanos();
+    if (ending) {
+      Status ended = ending->get();
+      ending.reset();
+      SPACE_TRY(await_record());
+      SPACE_TRY(ended);
+      sb->rec.state = ended_rec.state;
+      sb->rec.reason.clear();
+      sb->rec.spec["expires_ms"] = ended_rec.spec["expires_ms"];
+      sb->rec.updated_ms = ended_rec.updated_ms;
+      sb->last_activity_ms = NowUnixMillis();
+      NoteCommit(sb->rec);
+      const int64_t t4 = MonotonicNanos();
+      spdlog::debug("create {}: root {:.1f} ms, start {:.1f} ms, agent {:.1f} ms, end committed +{:.1f} ms",
+                    sb->rec.id, (t1 - t0) / 1e6, (t2 - t1) / 1e6, (t3 - t2) / 1e6, (t4 - t3) / 1e6);
+      CrashPoint("create.committed");
+      return Ok();
+    }
     spdlog::debug("create {}: root {:.1f} ms, start {:.1f} ms, agent {:.1f} ms", sb->rec.id,
                   (t1 - t0) / 1e6, (t2 - t1) / 1e6, (t3 - t2) / 1e6);
     SPACE_TRY_WRAP(storage->SettleRoot(sb->rec.id), "root filesystem");
     SPACE_TRY(await_record());
     sb->rec.state = "running";
     sb->rec.reason.clear();
-    // New processes (from the template, or a snapshot of the filesystem alone): the
-    // template's start command runs and is ready before anyone hears of the sandbox.
-    const std::vector<std::string> kinds = rt->Caps().snapshot_kinds;
-    bool kept = rt->Caps().own_disk && std::find(kinds.begin(), kinds.end(), "full") != kinds.end();
-    if (snapshot.empty() || !kept) SPACE_TRY(RunStartCommand(*sb));
+    if (start_cmd) SPACE_TRY(RunStartCommand(*sb));
     int64_t timeout_s = JsonIntOr(sb->rec.spec, "timeout_s", 0);
     sb->rec.spec["expires_ms"] = timeout_s > 0 ? NowUnixMillis() + timeout_s * 1000 : 0;
     sb->last_activity_ms = NowUnixMillis();
@@ -425,12 +489,16 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
     done->result = std::move(result);
     SPACE_TRY(store->PutSandboxAndOperation(sb->rec, *done));
     NoteCommit(sb->rec);
+    CrashPoint("create.committed");
     // The caller notifies once it has let go of sb->mu: a client woken by the operation's
     // end may act on the sandbox at once (a snapshot, a transition), and would find it busy.
     return Ok();
   };
   auto st = run();
   if (!st) {
+    // An early end's commit lands before the failure's, which overwrites it.
+    bool ended = false;
+    if (ending) ended = ending->get().has_value();
     if (sb->session) {
       sb->session->Close();
       sb->session.reset();
@@ -444,7 +512,18 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
     }
     sb->rec.state = "error";
     sb->rec.reason = "create failed: " + st.error().message;
-    (void)SaveSandbox(*sb);
+    if (ended && done) {
+      // Undone in the same commit, so that no crash leaves the create succeeded on disk
+      // (RunCreate's FinishOperation stores the same failure once more).
+      sb->rec.updated_ms = done->updated_ms = NowUnixMillis();
+      done->state = "failed";
+      done->error_code = std::string(ErrcName(st.error().code));
+      done->error_message = st.error().message;
+      if (store->PutSandboxAndOperation(sb->rec, *done)) NoteCommit(sb->rec);
+      self->notifier().Notify("sb:" + sb->rec.id);
+    } else {
+      (void)SaveSandbox(*sb);
+    }
   }
   return st;
 }

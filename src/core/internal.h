@@ -213,6 +213,8 @@ struct Platform::Impl {
 
   // Crash-test hook (Config::crash_point): exits the process at once when `point` matches.
   void CrashPoint(const char* point) const;
+  // Failure-test hook (Config::fail_point): an error when `point` matches.
+  Status FailPoint(const char* point) const;
 
   void Enqueue(std::function<void()> job);
   void WorkerLoop();

@@ -147,6 +147,11 @@ void Platform::Impl::CrashPoint(const char* point) const {
   }
 }
 
+Status Platform::Impl::FailPoint(const char* point) const {
+  if (config.fail_point.empty() || config.fail_point != point) return Ok();
+  return Fail(Errc::kInternal, std::string("fail point ") + point + " reached");
+}
+
 void Platform::Impl::Enqueue(std::function<void()> job) {
   std::lock_guard lock(q_mu);
   queue.push_back(std::move(job));

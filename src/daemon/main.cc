@@ -188,6 +188,7 @@ int main(int argc, char** argv) {
   runtime::OciOptions oci;
   std::vector<std::string> warm_pools;
   std::string crash_point;
+  std::string fail_point;
   int max_inflight = 1024;
   int max_creating = 32;
   int job_workers = 4;
@@ -296,6 +297,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 256));
   // Test-only: exit abruptly at a named point of an operation (crash-recovery tests).
   app.add_option("--crash-at", crash_point)->group("");
+  // Test-only: fail an operation at a named point (failure-path tests).
+  app.add_option("--fail-at", fail_point)->group("");
   app.add_option("--warm-pool", warm_pools,
                  "keep N started sandboxes of a template ready: TEMPLATE=N (repeatable)");
   app.add_flag("--no-auth", no_auth,
@@ -532,6 +535,7 @@ int main(int argc, char** argv) {
   config.max_file_bytes = max_file_bytes;
   config.uid_shift = no_userns ? 0 : storage::kDefaultUidShift;
   config.crash_point = crash_point;
+  config.fail_point = fail_point;
   config.max_creating = max_creating;
   config.worker_threads = job_workers;
   config.default_runtime = default_runtime;

@@ -10,6 +10,13 @@ using namespace std::chrono_literals;
 
 class CrashTest : public ::testing::TestWithParam<const char*> {};
 
+// A test name for a crash point ("snapshot.frozen" -> "snapshot_frozen").
+std::string PointName(const ::testing::TestParamInfo<const char*>& info) {
+  std::string n = info.param;
+  for (auto& ch : n) if (ch == '.') ch = '_';
+  return n;
+}
+
 // Starts a daemon armed to crash at `point`, prepares a sandbox, triggers the operation,
 // waits for the crash, and restarts the daemon unarmed. Returns the sandbox id.
 struct Crashed {
@@ -131,12 +138,19 @@ TEST(CrashCommandTest, CommandStartedBeforeItsRecordIsKilled) {
   EXPECT_EQ(r->out, "after\n");
 }
 
-// A crash once the instance runs, with the sandbox's record committed or not yet (a
-// create starts the instance while its record is being committed): after the restart
-// there is no instance, root or record left but a sandbox marked error, and creates work.
-TEST(CrashCreateTest, InstanceStartedWithOrWithoutItsRecordLeavesNothing) {
+// A crash at each step of a create. The create's end (the sandbox running, its operation
+// succeeded) is committed while the instance starts, so after the restart the sandbox
+// either runs and answers (the end was in and the instance came up: recovery adopts it)
+// or is marked error with no instance left (the end was not in, or the instance never
+// came up; the root goes with an interrupted create); a create whose record was not in
+// leaves nothing. Before the start ("create.root") only the second can be, past the end's
+// commit ("create.committed") only the first. Creates work afterwards.
+class CrashCreateTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CrashCreateTest, EndsRunningOrRolledBack) {
   SPACE_REQUIRE_SANDBOXES();
-  Daemon d({"--crash-at", "create.started"});
+  const std::string point = GetParam();
+  Daemon d({"--crash-at", point});
   ASSERT_TRUE(d.Start());
   auto created = d.client().Call("POST", "/v1/sandboxes?wait=60s", Json::object());
   EXPECT_FALSE(created) << "the daemon should have crashed before answering";
@@ -146,9 +160,38 @@ TEST(CrashCreateTest, InstanceStartedWithOrWithoutItsRecordLeavesNothing) {
   auto& c = d.client();
   auto all = c.ListSandboxes();
   ASSERT_TRUE(all) << all.error().message;
-  for (const auto& s : *all) EXPECT_EQ(s.value("state", ""), "error") << s.dump();
-  EXPECT_EQ(sys::CountDirEntries(d.data_dir() + "/runtime/oci/crun"), 0u);
-  EXPECT_EQ(sys::CountDirEntries(d.data_dir() + "/storage/pool/roots"), 0u);
+  if (point == "create.ended" || point == "create.committed") {
+    EXPECT_EQ(all->size(), 1u) << "the record was in";
+  }
+  size_t running = 0;
+  for (const auto& s : *all) {
+    const std::string state = s.value("state", "");
+    if (point == "create.committed") {
+      EXPECT_EQ(state, "running") << s.dump();
+    }
+    if (point == "create.root") {
+      EXPECT_EQ(state, "error") << s.dump();
+    }
+    if (state == "running") {
+      ++running;
+      auto r = c.Run(s.value("id", ""), Json{{"argv", {"echo", "adopted"}}});
+      ASSERT_TRUE(r) << r.error().message;
+      EXPECT_EQ(r->out, "adopted\n");
+    } else {
+      EXPECT_EQ(state, "error") << s.dump();
+    }
+  }
+  std::printf("crash at %s: %zu of %zu sandboxes adopted running\n", point.c_str(), running,
+              all->size());
+  // Only what runs has an instance; a sandbox marked error keeps its root if its record
+  // said running (as any whose processes died), and nothing of one that never was is left.
+  EXPECT_EQ(sys::CountDirEntries(d.data_dir() + "/runtime/oci/crun"), running);
+  const size_t roots = sys::CountDirEntries(d.data_dir() + "/storage/pool/roots");
+  EXPECT_GE(roots, running);
+  EXPECT_LE(roots, all->size());
+  if (point == "create.root") {
+    EXPECT_EQ(roots, 0u);
+  }
   std::string sb = CreateSandbox(c);
   ASSERT_FALSE(sb.empty());
   auto r = c.Run(sb, Json{{"argv", {"echo", "after"}}});
@@ -156,16 +199,48 @@ TEST(CrashCreateTest, InstanceStartedWithOrWithoutItsRecordLeavesNothing) {
   EXPECT_EQ(r->out, "after\n");
 }
 
+// A create that fails after its end was committed (its agent never answers, by a test
+// hook): the failure is committed over the end in one step, so the sandbox is error and
+// its operation failed, also after a restart, with no instance or root left.
+TEST(CreateFailureTest, AfterTheEndWasCommittedEndsFailedAndStaysFailed) {
+  SPACE_REQUIRE_SANDBOXES();
+  Daemon d({"--fail-at", "create.connect"});
+  ASSERT_TRUE(d.Start());
+  auto& c = d.client();
+  auto created = c.Call("POST", "/v1/sandboxes", Json::object());
+  ASSERT_TRUE(created) << created.error().message;
+  const std::string id = (*created)["sandbox"]["id"];
+  const std::string op_id = (*created)["operation"]["id"];
+  auto check = [&](const char* when) {
+    auto& c = d.client();  // a new one after each Start
+    auto op = c.WaitOperation(op_id, 60s);
+    ASSERT_TRUE(op) << when << ": " << op.error().message;
+    EXPECT_EQ(JsonStringOr(*op, "state", ""), "failed") << when << ": " << op->dump();
+    EXPECT_NE(op->dump().find("fail point create.connect"), std::string::npos) << when << ": " << op->dump();
+    auto sb = c.GetSandbox(id);
+    ASSERT_TRUE(sb) << when << ": " << sb.error().message;
+    EXPECT_EQ(JsonStringOr(*sb, "state", ""), "error") << when << ": " << sb->dump();
+    EXPECT_EQ(sys::CountDirEntries(d.data_dir() + "/runtime/oci/crun"), 0u) << when;
+    EXPECT_EQ(sys::CountDirEntries(d.data_dir() + "/storage/pool/roots"), 0u) << when;
+  };
+  check("after the create");
+  d.Stop();
+  d.SetExtraArgs({});
+  ASSERT_TRUE(d.Start());
+  check("after a restart");
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, CrashCreateTest,
+                         ::testing::Values("create.root", "create.started", "create.ended",
+                                           "create.committed"),
+                         PointName);
+
 INSTANTIATE_TEST_SUITE_P(Points, CrashTest,
                          ::testing::Values("snapshot.frozen", "snapshot.taken",
                                            "fork.parent_snapshot", "fork.child",
                                            "pause.frozen", "suspend.stopping", "suspend.stopped",
                                            "wake.started"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (auto& ch : n) if (ch == '.') ch = '_';
-                           return n;
-                         });
+                         PointName);
 
 }  // namespace
 }  // namespace space::testing
