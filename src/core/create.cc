@@ -443,12 +443,15 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
     if (networked) SPACE_TRY(await_record());
     // With nothing left to run in the sandbox before it is answered, the create's end is
     // committed while the instance starts and the agent connects (the commit's fsync
-    // overlaps them) rather than after; a networked start first writes the sandbox's
-    // addresses into the record. See end_early.
-    if (done && !start_cmd && !networked) ending = end_early(sb, *done, result, recorded);
+    // overlaps them) rather than after, where the runtime's interrupted starts can be
+    // adopted; otherwise, and when a networked start is to write the sandbox's addresses
+    // into the record, once the start has returned. See end_early.
+    const bool end_early_ok = done && !start_cmd;
+    const bool end_before_start = rt->Caps().adopt_interrupted_start && !networked;
+    if (end_early_ok && end_before_start) ending = end_early(sb, *done, result, recorded);
     SPACE_TRY_WRAP(StartInstance(*sb, rt, std::move(spec)), "start " + sb->rec.runtime + " instance");
     CrashPoint("create.started");
-    if (done && !start_cmd && networked) ending = end_early(sb, *done, result, recorded);
+    if (end_early_ok && !end_before_start) ending = end_early(sb, *done, result, recorded);
     const int64_t t2 = MonotonicNanos();
     SPACE_TRY_WRAP(FailPoint("create.connect"), "connect to agent");
     SPACE_TRY_WRAP(ConnectAgent(sb, config.agent_connect_timeout_ms), "connect to agent");

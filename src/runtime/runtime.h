@@ -83,6 +83,12 @@ struct Capabilities {
   // With network: the instance is a VM whose NIC sits on a tap device in that namespace
   // (InstanceSpec::tap), not processes in it.
   bool network_tap = false;
+  // A start cut short by a crash of spaced leaves either no running instance or one that
+  // recovery can adopt as it adopts any (oci: `crun run -d` runs to its end without
+  // spaced; only the agent's OOM shield, set just after, may be missing). Core then
+  // commits a create's end while the start runs rather than after it. Not declared by
+  // plugins: a plugin's start is whatever its script does.
+  bool adopt_interrupted_start = false;
   // Binds named volumes (InstanceSpec::volumes) into the sandbox.
   bool volumes = false;
   // With volumes mounted, the instance can still be snapshotted, forked and suspended, and

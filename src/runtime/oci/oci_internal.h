@@ -65,6 +65,7 @@ class OciRuntime final : public Runtime {
     c.snapshot_kinds = {"filesystem"};
     c.network = true;
     c.volumes = true;
+    c.adopt_interrupted_start = true;
     return c;
   }
 
