@@ -380,6 +380,16 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
   // leaves an instance and a root without a record: recovery removes both as orphans.
   bool lost = false;
   std::optional<std::future<Status>> ending;
+  // Once BringUp returns (before anyone is told), readers of the store see what it
+  // committed: see end_early.
+  struct Announce {
+    Impl* impl;
+    std::string id;
+    ~Announce() {
+      std::lock_guard l(impl->unannounced_mu);
+      impl->unannounced.erase(id);
+    }
+  } announce{this, sb->rec.id};
   auto await_record = [&]() -> Status {
     if (!recorded || recorded->get()) return Ok();
     lost = true;
@@ -390,11 +400,17 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
   // connected and the commit is in. A crash after the commit and before the instance runs
   // leaves a record that says running: recovery finds the instance, adopts it if its
   // agent answers and marks it error otherwise, as for any running sandbox; a create that
-  // fails after it commits its failure over it. Nobody hears of the sandbox before both.
+  // fails after it commits its failure over it. Nobody hears of the sandbox before both:
+  // until BringUp returns, the sandbox and its operation read from the store show as they
+  // were (Impl::Unannounced).
   store::SandboxRecord ended_rec;
   auto end_early = [&](const std::shared_ptr<Sandbox>& s, store::OperationRecord& op,
                        const Json& res, const std::shared_future<bool>* rec_in) {
     ended_rec = s->rec;  // CreateSandbox may still read s->rec: only read it here
+    {
+      std::lock_guard l(unannounced_mu);
+      unannounced[s->rec.id] = op;
+    }
     ended_rec.state = "running";
     ended_rec.reason.clear();
     int64_t timeout_s = JsonIntOr(ended_rec.spec, "timeout_s", 0);

@@ -86,6 +86,13 @@ struct Platform::Impl {
   std::unique_ptr<store::Store> store;
   std::unique_ptr<storage::Driver> storage;
   std::atomic<int> creating{0};  // cold creates accepted and not yet finished
+  // Creates whose end is committed ahead of its announcement (create.cc, end_early): the
+  // operation as it was before (pending), by sandbox id. Readers of the store see these
+  // as still creating (Unannounced), so nobody hears of the end before the agent answers.
+  std::mutex unannounced_mu;
+  std::map<std::string, store::OperationRecord> unannounced;
+  void Unannounced(store::SandboxRecord& rec);
+  void Unannounced(store::OperationRecord& op);
   PlatformCounters counters;     // metrics.cc
   std::map<std::string, std::unique_ptr<runtime::Runtime>> runtimes;
   std::unique_ptr<net::Network> network;  // null: no networking on this daemon

@@ -526,6 +526,7 @@ Result<store::SandboxRecord> Platform::GetSandbox(const std::string& id) {
     auto rec = impl_->store->GetSandbox(id);
     if (!rec) return tl::unexpected(rec.error());
     if (IsPoolMember(*rec)) return Fail(Errc::kNotFound, "no sandbox " + id);
+    impl_->Unannounced(*rec);
     return rec;
   }
   if (IsPoolMember(sb->rec)) return Fail(Errc::kNotFound, "no sandbox " + id);
@@ -615,13 +616,35 @@ void Platform::Impl::RunDelete(std::shared_ptr<Sandbox> sb, store::OperationReco
   FinishOperation(op, st, {{"sandbox_id", sb->rec.id}});
 }
 
+void Platform::Impl::Unannounced(store::SandboxRecord& rec) {
+  std::lock_guard l(unannounced_mu);
+  if (!unannounced.count(rec.id)) return;
+  rec.state = "creating";
+  rec.reason.clear();
+}
+
+void Platform::Impl::Unannounced(store::OperationRecord& op) {
+  if (op.kind != "create") return;
+  std::lock_guard l(unannounced_mu);
+  auto it = unannounced.find(op.target);
+  if (it != unannounced.end() && it->second.id == op.id) op = it->second;
+}
+
 Result<store::OperationRecord> Platform::GetOperation(const std::string& id) {
-  return impl_->store->GetOperation(id);
+  auto op = impl_->store->GetOperation(id);
+  if (op) impl_->Unannounced(*op);
+  return op;
 }
 
 Result<std::vector<store::OperationRecord>> Platform::ListOperations(size_t limit,
                                                                     const std::string& state) {
-  return impl_->store->ListOperations(limit, state);
+  auto ops = impl_->store->ListOperations(limit, state);
+  if (!ops) return ops;
+  for (auto& op : *ops) impl_->Unannounced(op);
+  // (A create's operation listed as succeeded a moment early is left out; one asked for
+  // as pending is missing for the same moment.)
+  if (!state.empty()) std::erase_if(*ops, [&](const auto& op) { return op.state != state; });
+  return ops;
 }
 
 Result<std::vector<store::TemplateRecord>> Platform::ListTemplates() {

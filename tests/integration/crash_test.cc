@@ -1,6 +1,9 @@
 // Kill spaced at each step of snapshot, fork, pause, suspend and wake (a test-only
 // --crash-at point exits the daemon abruptly, like SIGKILL, at that instant), restart it,
 // and check every operation ended finished or rolled back: never half-done.
+#include <set>
+#include <string>
+
 #include "tests/integration/harness.h"
 
 namespace space::testing {
@@ -200,8 +203,9 @@ TEST_P(CrashCreateTest, EndsRunningOrRolledBack) {
 }
 
 // A create that fails after its end was committed (its agent never answers, by a test
-// hook): the failure is committed over the end in one step, so the sandbox is error and
-// its operation failed, also after a restart, with no instance or root left.
+// hook): nobody polling saw it succeed or run meanwhile; the failure is committed over
+// the end in one step, so the sandbox is error and its operation failed, also after a
+// restart, with no instance or root left.
 TEST(CreateFailureTest, AfterTheEndWasCommittedEndsFailedAndStaysFailed) {
   SPACE_REQUIRE_SANDBOXES();
   Daemon d({"--fail-at", "create.connect"});
@@ -211,6 +215,20 @@ TEST(CreateFailureTest, AfterTheEndWasCommittedEndsFailedAndStaysFailed) {
   ASSERT_TRUE(created) << created.error().message;
   const std::string id = (*created)["sandbox"]["id"];
   const std::string op_id = (*created)["operation"]["id"];
+  // Polled as fast as it answers until the operation ends: the store holds the end from
+  // the start's first moment, but it is not told before the create has finished.
+  std::set<std::string> op_states, sb_states;
+  for (int i = 0; i < 20000; ++i) {
+    auto op = c.GetOperation(op_id);
+    auto sb = c.GetSandbox(id);
+    ASSERT_TRUE(op && sb);
+    op_states.insert(JsonStringOr(*op, "state", ""));
+    sb_states.insert(JsonStringOr(*sb, "state", ""));
+    if (JsonStringOr(*op, "state", "") == "failed" && JsonStringOr(*sb, "state", "") == "error") break;
+  }
+  EXPECT_EQ(op_states.count("succeeded"), 0u) << "a poller saw the failed create succeed";
+  EXPECT_EQ(sb_states.count("running"), 0u) << "a poller saw the failed create run";
+  EXPECT_EQ(op_states.count("failed"), 1u);
   auto check = [&](const char* when) {
     auto& c = d.client();  // a new one after each Start
     auto op = c.WaitOperation(op_id, 60s);
