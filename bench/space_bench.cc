@@ -349,79 +349,97 @@ int main(int argc, char** argv) {
       ++cold_fallbacks;
     }
   }
-  std::vector<double> create_ms;
+  // Cold creates and their baselines alternate (create, then crun of the sandbox's own
+  // bundle, then crun's default bundle; every other round in the reverse order), so that
+  // each pair shares the machine's state of the moment: on these shared machines a phase
+  // of n creates followed by a phase of n crun runs moved the ratio by ±0.2 between runs.
+  // The bundles come from two reference sandboxes (a default one, and one with the cold
+  // creates' limits, whose config crun keeps in its state), kept while the loop runs for
+  // their roots.
+  std::string ns = data_dir + "/runtime/oci/ns/mnt";
+  if (!sys::Exists(ns)) ns = "/proc/self/ns/mnt";
+  std::string bare_bundle, same_bundle, ref_bare, ref_same;
+  auto bare_tmp = sys::TempDir::Create("/tmp", "space-bench-");
+  auto same_tmp = sys::TempDir::Create("/tmp", "space-bench-same-");
+  if (bare_tmp && same_tmp) {
+    ::chmod(same_tmp->path().c_str(), 0711);
+    if (auto sb = c.CreateSandboxAndWait(Json::object(), std::chrono::seconds(60))) {
+      ref_bare = (*sb)["id"];
+      auto bundle = MakeBareBundle(bare_tmp->path() + "/bundle", data_dir + "/storage/pool/roots/" + ref_bare);
+      if (bundle) bare_bundle = *bundle;
+      else std::fprintf(stderr, "bundle: %s\n", bundle.error().message.c_str());
+    }
+    if (auto sb = c.CreateSandboxAndWait(Json{{"limits", {{"pids", 513}}}}, std::chrono::seconds(60))) {
+      ref_same = (*sb)["id"];
+      // The bundle's config.json goes once crun has started the sandbox; crun's copy stays.
+      auto bundle = MakeSameBundle(same_tmp->path() + "/bundle", data_dir + "/runtime/oci/bundles/" + ref_same,
+                                   data_dir + "/runtime/oci/crun/" + ref_same + "/config.json",
+                                   data_dir + "/storage/pool/roots/" + ref_same);
+      if (bundle) {
+        ::chmod((same_tmp->path() + "/bundle").c_str(), 0711);
+        same_bundle = *bundle;
+      } else {
+        std::fprintf(stderr, "same bundle: %s\n", bundle.error().message.c_str());
+      }
+    }
+  }
+  std::vector<double> create_ms, bare_ms, same_ms, pair_ratios;
   for (int i = 0; i < n; ++i) {
-    auto t0 = Clock::now();
-    auto sb = c.CreateSandbox(Json{{"limits", {{"pids", 513}}}}, std::chrono::seconds(60));
-    if (!sb) {
-      std::fprintf(stderr, "create: %s\n", sb.error().message.c_str());
-      return 1;
-    }
-    std::string id = (*sb)["sandbox"]["id"];
-    auto ms = FirstOutputMs(c, id, t0);
-    if (!ms) {
-      std::fprintf(stderr, "cold create: %s\n", ms.error().message.c_str());
-      return 1;
-    }
-    create_ms.push_back(*ms);
-    (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
-  }
-  // Baseline: bare crun on a rootfs taken from a sandbox of the same template.
-  std::vector<double> bare_ms;
-  {
-    auto sb = c.CreateSandboxAndWait(Json::object(), std::chrono::seconds(60));
-    if (!sb) return 1;
-    std::string id = (*sb)["id"];
-    std::string rootfs = data_dir + "/storage/pool/roots/" + id;
-    auto tmp = sys::TempDir::Create("/tmp", "space-bench-");
-    auto bundle = MakeBareBundle(tmp->path() + "/bundle", rootfs);
-    std::string ns = data_dir + "/runtime/oci/ns/mnt";
-    if (!bundle) {
-      std::fprintf(stderr, "bundle: %s\n", bundle.error().message.c_str());
-    } else {
-      for (int i = 0; i < n; ++i) {
-        auto ms = BareCrunOnce(sys::Exists(ns) ? ns : "/proc/self/ns/mnt", *bundle, i);
-        if (!ms) {
-          std::fprintf(stderr, "bare crun: %s\n", ms.error().message.c_str());
-          break;
-        }
-        bare_ms.push_back(*ms);
+    double created = 0, same = 0;
+    auto cold_create = [&]() -> bool {
+      auto t0 = Clock::now();
+      auto sb = c.CreateSandbox(Json{{"limits", {{"pids", 513}}}}, std::chrono::seconds(60));
+      if (!sb) {
+        std::fprintf(stderr, "create: %s\n", sb.error().message.c_str());
+        return false;
       }
-    }
-    (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
-  }
-  // Baseline 2: bare crun of the same bundle as a sandbox's (its isolation settings too).
-  std::vector<double> same_ms;
-  {
-    auto sb = c.CreateSandboxAndWait(Json{{"limits", {{"pids", 513}}}}, std::chrono::seconds(60));
-    if (!sb) return 1;
-    std::string id = (*sb)["id"];
-    auto tmp = sys::TempDir::Create("/tmp", "space-bench-same-");
-    if (tmp) ::chmod(tmp->path().c_str(), 0711);
-    std::string ns = data_dir + "/runtime/oci/ns/mnt";
-    // The bundle's config.json goes once crun has started the sandbox; crun's copy stays.
-    auto bundle = tmp ? MakeSameBundle(tmp->path() + "/bundle", data_dir + "/runtime/oci/bundles/" + id,
-                                       data_dir + "/runtime/oci/crun/" + id + "/config.json",
-                                       data_dir + "/storage/pool/roots/" + id)
-                      : Result<std::string>(tl::unexpected(tmp.error()));
-    if (!bundle) {
-      std::fprintf(stderr, "same bundle: %s\n", bundle.error().message.c_str());
-    } else {
-      ::chmod((tmp->path() + "/bundle").c_str(), 0711);
-      for (int i = 0; i < n; ++i) {
-        auto ms = BareCrunOnce(sys::Exists(ns) ? ns : "/proc/self/ns/mnt", *bundle, i);
-        if (!ms) {
+      std::string id = (*sb)["sandbox"]["id"];
+      auto ms = FirstOutputMs(c, id, t0);
+      if (!ms) {
+        std::fprintf(stderr, "cold create: %s\n", ms.error().message.c_str());
+        return false;
+      }
+      create_ms.push_back(created = *ms);
+      (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
+      return true;
+    };
+    auto baselines = [&] {
+      if (!same_bundle.empty()) {
+        if (auto ms = BareCrunOnce(ns, same_bundle, 2 * i)) {
+          same_ms.push_back(same = *ms);
+        } else {
           std::fprintf(stderr, "bare crun, same bundle: %s\n", ms.error().message.c_str());
-          break;
+          same_bundle.clear();
         }
-        same_ms.push_back(*ms);
       }
+      if (!bare_bundle.empty()) {
+        if (auto ms = BareCrunOnce(ns, bare_bundle, 2 * i + 1)) {
+          bare_ms.push_back(*ms);
+        } else {
+          std::fprintf(stderr, "bare crun: %s\n", ms.error().message.c_str());
+          bare_bundle.clear();
+        }
+      }
+    };
+    if (i % 2 == 0) {
+      if (!cold_create()) return 1;
+      baselines();
+    } else {
+      baselines();
+      if (!cold_create()) return 1;
     }
-    (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
+    if (same > 0) pair_ratios.push_back(created / same);
+  }
+  for (const auto& id : {ref_bare, ref_same}) {
+    if (!id.empty()) (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
   }
   Print("create -> first output (cold)", Summarize(create_ms), Summarize(bare_ms));
   if (!same_ms.empty()) {
     Print("  vs crun of the same bundle", Summarize(create_ms), Summarize(same_ms));
+    auto r = Summarize(pair_ratios);
+    std::sort(pair_ratios.begin(), pair_ratios.end());
+    std::printf("  the same, pair by pair              median of %zu ratios %.2fx (quartiles %.2f-%.2fx)\n",
+                r.n, r.p50, pair_ratios[pair_ratios.size() / 4], pair_ratios[pair_ratios.size() * 3 / 4]);
     Print("  warm pool vs the same bundle", Summarize(warm_ms), Summarize(same_ms));
   }
   Print("create -> first output (warm pool)", Summarize(warm_ms), Summarize(bare_ms));
