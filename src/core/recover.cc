@@ -77,6 +77,8 @@ Status Platform::Recover() {
           if (!st) {
             alive = false;
             spdlog::warn("recovery: sandbox {}: agent unreachable: {}", rec.id, st.error().message);
+          } else {
+            rt->Adopted(rec.id);
           }
         }
         if (alive && sb->rec.state != rec.state) SPACE_TRY(impl.SaveSandbox(*sb));

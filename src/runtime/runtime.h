@@ -130,6 +130,10 @@ class Runtime {
   // Idempotent: destroying a missing instance succeeds.
   [[nodiscard]] virtual Status Destroy(const std::string& id) = 0;
   [[nodiscard]] virtual Result<InstanceState> Inspect(const std::string& id) = 0;
+  // Recovery adopted the running instance `id` (its agent answered a restarted spaced):
+  // restores what the start sets on the host after the runtime's own step, which a crash
+  // in between would have skipped (Capabilities::adopt_interrupted_start). Best effort.
+  virtual void Adopted(const std::string& id) {}
   // Ids of every instance this runtime knows on the host (for reconciling orphans).
   [[nodiscard]] virtual Result<std::vector<std::string>> List() = 0;
   // Host path of the unix socket the instance's agent listens on.

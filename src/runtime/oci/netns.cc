@@ -51,7 +51,7 @@ bool InCgroup(int64_t pid, const std::string& rel) {
 
 }  // namespace
 
-Result<std::string> InitNetNamespace(const std::string& state_dir, const std::string& cgroup_rel) {
+Result<int64_t> InitPid(const std::string& state_dir, const std::string& cgroup_rel) {
   const std::string id = state_dir.substr(state_dir.rfind('/') + 1);
   std::optional<std::string> text;
   for (const char* name : {"/status", "/state.json"}) {
@@ -72,7 +72,13 @@ Result<std::string> InitNetNamespace(const std::string& state_dir, const std::st
   if (!ProcStat(pid, &start, &state) || state == 'Z' || state == 'X' ||
       (want_start >= 0 && start != want_start) || !InCgroup(pid, cgroup_rel))
     return Fail(Errc::kConflict, "instance " + id + " is not running (its init process is gone)");
-  return "/proc/" + std::to_string(pid) + "/ns/net";
+  return pid;
+}
+
+Result<std::string> InitNetNamespace(const std::string& state_dir, const std::string& cgroup_rel) {
+  auto pid = InitPid(state_dir, cgroup_rel);
+  if (!pid) return tl::unexpected(pid.error());
+  return "/proc/" + std::to_string(*pid) + "/ns/net";
 }
 
 }  // namespace space::runtime::oci

@@ -125,6 +125,7 @@ class OciRuntime final : public Runtime {
   Status PauseResume(const std::string& id, bool pause);
   Status FreezeDirect(const std::string& id, bool freeze);
   void ShieldAgentFromOom(const std::string& id);
+  void Adopted(const std::string& id) override;
   Status MakeDevDir(const std::string& dev, uint32_t owner);
   static Status UnmountAll(const std::string& path);
 

@@ -281,6 +281,15 @@ Status OciRuntime::MakeDevDir(const std::string& dev, uint32_t owner) {
   return Ok();
 }
 
+void OciRuntime::Adopted(const std::string& id) {
+  // Only the agent: commands run beside it now, and the agent sets theirs itself.
+  auto pid = oci::InitPid(StateDirOf(id), CgroupRel(id));
+  if (!pid) return;
+  auto fd = sys::Open("/proc/" + std::to_string(*pid) + "/oom_score_adj", O_WRONLY);
+  if (!fd || !sys::WriteAll(fd->get(), "-999"))
+    spdlog::debug("oci: {}: cannot shield the agent (pid {}) from the OOM killer", id, *pid);
+}
+
 void OciRuntime::ShieldAgentFromOom(const std::string& id) {
   // Only the agent (the container's init) is in the cgroup right after the start. -999,
   // not -1000: the agent stays killable if nothing else is, and commands (which the
