@@ -387,39 +387,26 @@ int main(int argc, char** argv) {
   for (int i = 0; i < n; ++i) {
     double created = 0, same = 0;
     auto cold_create = [&]() -> bool {
-      auto t0 = Clock::now();
-      auto sb = c.CreateSandbox(Json{{"limits", {{"pids", 513}}}}, std::chrono::seconds(60));
-      if (!sb) {
-        std::fprintf(stderr, "create: %s\n", sb.error().message.c_str());
-        return false;
+      auto ms = create_to_first_output(Json{{"limits", {{"pids", 513}}}}, nullptr);
+      if (!ms) std::fprintf(stderr, "cold create: %s\n", ms.error().message.c_str());
+      if (ms) create_ms.push_back(created = *ms);
+      return ms.has_value();
+    };
+    // One crun run of `bundle` into `out`; a failing bundle is dropped for the rest.
+    auto baseline = [&](std::string& bundle, std::vector<double>& out, int k, const char* what) {
+      if (bundle.empty()) return 0.0;
+      auto ms = BareCrunOnce(ns, bundle, k);
+      if (ms) {
+        out.push_back(*ms);
+        return *ms;
       }
-      std::string id = (*sb)["sandbox"]["id"];
-      auto ms = FirstOutputMs(c, id, t0);
-      if (!ms) {
-        std::fprintf(stderr, "cold create: %s\n", ms.error().message.c_str());
-        return false;
-      }
-      create_ms.push_back(created = *ms);
-      (void)c.DeleteSandboxAndWait(id, std::chrono::seconds(60));
-      return true;
+      std::fprintf(stderr, "%s: %s\n", what, ms.error().message.c_str());
+      bundle.clear();
+      return 0.0;
     };
     auto baselines = [&] {
-      if (!same_bundle.empty()) {
-        if (auto ms = BareCrunOnce(ns, same_bundle, 2 * i)) {
-          same_ms.push_back(same = *ms);
-        } else {
-          std::fprintf(stderr, "bare crun, same bundle: %s\n", ms.error().message.c_str());
-          same_bundle.clear();
-        }
-      }
-      if (!bare_bundle.empty()) {
-        if (auto ms = BareCrunOnce(ns, bare_bundle, 2 * i + 1)) {
-          bare_ms.push_back(*ms);
-        } else {
-          std::fprintf(stderr, "bare crun: %s\n", ms.error().message.c_str());
-          bare_bundle.clear();
-        }
-      }
+      same = baseline(same_bundle, same_ms, 2 * i, "bare crun, same bundle");
+      baseline(bare_bundle, bare_ms, 2 * i + 1, "bare crun");
     };
     if (i % 2 == 0) {
       if (!cold_create()) return 1;

@@ -19,6 +19,12 @@ Json LimitsJson(const runtime::Limits& l, int64_t output_bytes) {
           {"disk_bytes", l.disk_bytes}, {"nofile", l.nofile}, {"output_bytes", output_bytes}};
 }
 
+// Arms the sandbox's timeout from now (a sandbox's life is counted from when it runs).
+void ArmExpiry(store::SandboxRecord& rec) {
+  int64_t timeout_s = JsonIntOr(rec.spec, "timeout_s", 0);
+  rec.spec["expires_ms"] = timeout_s > 0 ? NowUnixMillis() + timeout_s * 1000 : 0;
+}
+
 // Whether the template names a start command (RunStartCommand runs it).
 bool HasStartCommand(const store::SandboxRecord& rec) {
   const Json* tc = JsonField(rec.spec, "template_config");
@@ -413,8 +419,7 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
     }
     ended_rec.state = "running";
     ended_rec.reason.clear();
-    int64_t timeout_s = JsonIntOr(ended_rec.spec, "timeout_s", 0);
-    ended_rec.spec["expires_ms"] = timeout_s > 0 ? NowUnixMillis() + timeout_s * 1000 : 0;
+    ArmExpiry(ended_rec);
     ended_rec.updated_ms = op.updated_ms = NowUnixMillis();
     op.state = "succeeded";
     op.result = res;
@@ -474,6 +479,8 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
     // Made now, not by the first command: a warm-pool claim should not pay for it.
     SPACE_TRY_WRAP(sys::MkdirAll(LogDir(sb->rec.id), 0700), "output log dir");
     const int64_t t3 = MonotonicNanos();
+    spdlog::debug("create {}: root {:.1f} ms, start {:.1f} ms, agent {:.1f} ms", sb->rec.id,
+                  (t1 - t0) / 1e6, (t2 - t1) / 1e6, (t3 - t2) / 1e6);
     if (ending) {
       Status ended = ending->get();
       ending.reset();
@@ -485,21 +492,15 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
       sb->rec.updated_ms = ended_rec.updated_ms;
       sb->last_activity_ms = NowUnixMillis();
       NoteCommit(sb->rec);
-      const int64_t t4 = MonotonicNanos();
-      spdlog::debug("create {}: root {:.1f} ms, start {:.1f} ms, agent {:.1f} ms, end committed +{:.1f} ms",
-                    sb->rec.id, (t1 - t0) / 1e6, (t2 - t1) / 1e6, (t3 - t2) / 1e6, (t4 - t3) / 1e6);
       CrashPoint("create.committed");
       return Ok();
     }
-    spdlog::debug("create {}: root {:.1f} ms, start {:.1f} ms, agent {:.1f} ms", sb->rec.id,
-                  (t1 - t0) / 1e6, (t2 - t1) / 1e6, (t3 - t2) / 1e6);
     SPACE_TRY_WRAP(storage->SettleRoot(sb->rec.id), "root filesystem");
     SPACE_TRY(await_record());
     sb->rec.state = "running";
     sb->rec.reason.clear();
     if (start_cmd) SPACE_TRY(RunStartCommand(*sb));
-    int64_t timeout_s = JsonIntOr(sb->rec.spec, "timeout_s", 0);
-    sb->rec.spec["expires_ms"] = timeout_s > 0 ? NowUnixMillis() + timeout_s * 1000 : 0;
+    ArmExpiry(sb->rec);
     sb->last_activity_ms = NowUnixMillis();
     if (!done) return SaveSandbox(*sb);
     // One commit for both: the sandbox is running and its create succeeded.

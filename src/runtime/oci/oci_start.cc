@@ -281,29 +281,30 @@ Status OciRuntime::MakeDevDir(const std::string& dev, uint32_t owner) {
   return Ok();
 }
 
+namespace {
+// -999, not -1000: the agent stays killable if nothing else is, and commands (which the
+// agent resets to 0) can at most tie with it, where the larger process loses.
+void ShieldPid(const std::string& id, const std::string& pid) {
+  auto fd = sys::Open("/proc/" + pid + "/oom_score_adj", O_WRONLY);
+  if (!fd || !sys::WriteAll(fd->get(), "-999"))
+    spdlog::debug("oci: {}: cannot shield pid {} from the OOM killer", id, pid);
+}
+}  // namespace
+
 void OciRuntime::Adopted(const std::string& id) {
   // Only the agent: commands run beside it now, and the agent sets theirs itself.
-  auto pid = oci::InitPid(StateDirOf(id), CgroupRel(id));
-  if (!pid) return;
-  auto fd = sys::Open("/proc/" + std::to_string(*pid) + "/oom_score_adj", O_WRONLY);
-  if (!fd || !sys::WriteAll(fd->get(), "-999"))
-    spdlog::debug("oci: {}: cannot shield the agent (pid {}) from the OOM killer", id, *pid);
+  if (auto pid = oci::InitPid(StateDirOf(id), CgroupRel(id))) ShieldPid(id, std::to_string(*pid));
 }
 
 void OciRuntime::ShieldAgentFromOom(const std::string& id) {
-  // Only the agent (the container's init) is in the cgroup right after the start. -999,
-  // not -1000: the agent stays killable if nothing else is, and commands (which the
-  // agent resets to 0) can at most tie with it, where the larger process loses.
+  // Only the agent (the container's init) is in the cgroup right after the start.
   const sys::Hierarchy* h = sys::FindHierarchy(hierarchies_, "memory");
   if (!h) return;
   auto procs = sys::ReadFile(h->mount_point + CgroupRel(id) + "/cgroup.procs");
   if (!procs) return;
   std::istringstream lines(*procs);
   for (std::string line; std::getline(lines, line);) {
-    if (line.empty()) continue;
-    auto fd = sys::Open("/proc/" + line + "/oom_score_adj", O_WRONLY);
-    if (!fd || !sys::WriteAll(fd->get(), "-999"))
-      spdlog::debug("oci: {}: cannot shield pid {} from the OOM killer", id, line);
+    if (!line.empty()) ShieldPid(id, line);
   }
 }
 }  // namespace space::runtime::oci_impl
