@@ -147,7 +147,7 @@ Awaitable<bool> RouteSandboxes(Ctx& ctx) {
         co_return true;
       }
       Json body = SandboxJson(*sb);
-      if (auto caps = p->CapabilitiesOf(id)) {
+      if (auto caps = p->CapabilitiesOf(*sb)) {
         body["capabilities"] = runtime::CapabilitiesToJson(*caps);
       }
       co_await ctx.Reply(200, body);

@@ -69,6 +69,10 @@ struct Config {
   // Test hook: the operation fails with an internal error at this named point
   // ("create.connect": a create whose agent never answered).
   std::string fail_point;
+  // Test hook: the operation waits pause_ms at this named point and goes on
+  // ("create.connect": a create between its end's commit and its agent's answer).
+  std::string pause_point;
+  int pause_ms = 2000;
   // Resource guards (guards.cc; docs/api.md "Resource guards").
   int64_t max_output_bytes = 2ll << 30;     // limits.output_bytes unless asked; 0 = unlimited
   int64_t default_disk_bytes = 10ll << 30;  // limits.disk_bytes unless asked; 0 = unlimited
@@ -260,8 +264,9 @@ class Platform {
   // Every runtime, built-in and plugin, in name order: {name, kind, default, available,
   // why_not (when not), capabilities, limitations, path (plugins)}; GET /v1/runtimes.
   [[nodiscard]] Json ListRuntimes() const;
-  // What the sandbox's runtime can keep across pause/suspend/snapshot.
-  [[nodiscard]] Result<runtime::Capabilities> CapabilitiesOf(const std::string& id);
+  // What a sandbox's runtime (its record's) can keep across pause/suspend/snapshot. Takes
+  // no lock: a read of a sandbox does not wait for an operation holding it.
+  [[nodiscard]] Result<runtime::Capabilities> CapabilitiesOf(const store::SandboxRecord& rec) const;
   // A path to a running sandbox's network namespace on the host, for ingress (docs/ports.md;
   // see Runtime::NetNamespacePath for why callers re-check after opening it). kNotFound;
   // kConflict when the sandbox is not running (paused, suspended, creating...);

@@ -474,6 +474,7 @@ Status Platform::Impl::BringUp(const std::shared_ptr<Sandbox>& sb, const std::st
     CrashPoint("create.started");
     if (end_early_ok && !end_before_start) ending = end_early(sb, *done, result, recorded);
     const int64_t t2 = MonotonicNanos();
+    PausePoint("create.connect");
     SPACE_TRY_WRAP(FailPoint("create.connect"), "connect to agent");
     SPACE_TRY_WRAP(ConnectAgent(sb, config.agent_connect_timeout_ms), "connect to agent");
     // Made now, not by the first command: a warm-pool claim should not pay for it.

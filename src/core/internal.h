@@ -222,6 +222,8 @@ struct Platform::Impl {
   void CrashPoint(const char* point) const;
   // Failure-test hook (Config::fail_point): an error when `point` matches.
   Status FailPoint(const char* point) const;
+  // Pause-test hook (Config::pause_point): waits Config::pause_ms when `point` matches.
+  void PausePoint(const char* point) const;
 
   void Enqueue(std::function<void()> job);
   void WorkerLoop();

@@ -49,16 +49,9 @@ Json Platform::ListRuntimes() const {
   return out;
 }
 
-Result<runtime::Capabilities> Platform::CapabilitiesOf(const std::string& id) {
-  auto sb = impl_->Find(id);
-  if (!sb) return Fail(Errc::kNotFound, "no sandbox " + id);
-  std::string rt_name;
-  {
-    std::lock_guard l(sb->mu);
-    rt_name = sb->rec.runtime;
-  }
-  auto it = impl_->runtimes.find(rt_name);
-  if (it == impl_->runtimes.end()) return Fail(Errc::kUnavailable, "runtime " + rt_name + " is not available");
+Result<runtime::Capabilities> Platform::CapabilitiesOf(const store::SandboxRecord& rec) const {
+  auto it = impl_->runtimes.find(rec.runtime);
+  if (it == impl_->runtimes.end()) return Fail(Errc::kUnavailable, "runtime " + rec.runtime + " is not available");
   return it->second->Caps();
 }
 

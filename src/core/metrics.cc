@@ -59,7 +59,8 @@ PlatformMetrics Platform::Metrics() {
         it = ids.count(it->first) ? std::next(it) : impl.counters.last_cpu.erase(it);
       }
     }
-    for (const auto& rec : *all) {
+    for (auto& rec : *all) {
+      impl.Unannounced(rec);  // a create's end not yet announced counts as creating
       if (IsPoolMember(rec)) {
         if (rec.state == "running") m.warm_pool[JsonStringOr(rec.spec, "pool", "")]++;
         continue;

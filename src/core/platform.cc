@@ -152,6 +152,12 @@ Status Platform::Impl::FailPoint(const char* point) const {
   return Fail(Errc::kInternal, std::string("fail point ") + point + " reached");
 }
 
+void Platform::Impl::PausePoint(const char* point) const {
+  if (config.pause_point.empty() || config.pause_point != point) return;
+  spdlog::warn("pause point {} reached: waiting {} ms", point, config.pause_ms);
+  std::this_thread::sleep_for(std::chrono::milliseconds(config.pause_ms));
+}
+
 void Platform::Impl::Enqueue(std::function<void()> job) {
   std::lock_guard lock(q_mu);
   queue.push_back(std::move(job));
@@ -641,9 +647,24 @@ Result<std::vector<store::OperationRecord>> Platform::ListOperations(size_t limi
   auto ops = impl_->store->ListOperations(limit, state);
   if (!ops) return ops;
   for (auto& op : *ops) impl_->Unannounced(op);
-  // (A create's operation listed as succeeded a moment early is left out; one asked for
-  // as pending is missing for the same moment.)
-  if (!state.empty()) std::erase_if(*ops, [&](const auto& op) { return op.state != state; });
+  if (state.empty()) return ops;
+  // A create whose end is committed but not yet announced is pending to every reader:
+  // the store filtered it out as succeeded, so it comes from the unannounced ones.
+  std::erase_if(*ops, [&](const auto& op) { return op.state != state; });
+  if (state == "pending") {
+    std::set<std::string> have;
+    for (const auto& op : *ops) have.insert(op.id);
+    {
+      std::lock_guard l(impl_->unannounced_mu);
+      for (const auto& [target, op] : impl_->unannounced)
+        if (!have.count(op.id)) ops->push_back(op);
+    }
+    // The store's order: newest first.
+    std::sort(ops->begin(), ops->end(), [](const auto& a, const auto& b) {
+      return a.created_ms != b.created_ms ? a.created_ms > b.created_ms : a.id < b.id;
+    });
+    if (limit > 0 && ops->size() > limit) ops->resize(limit);
+  }
   return ops;
 }
 

@@ -189,6 +189,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> warm_pools;
   std::string crash_point;
   std::string fail_point;
+  std::string pause_point;
   int max_inflight = 1024;
   int max_creating = 32;
   int job_workers = 4;
@@ -299,6 +300,8 @@ int main(int argc, char** argv) {
   app.add_option("--crash-at", crash_point)->group("");
   // Test-only: fail an operation at a named point (failure-path tests).
   app.add_option("--fail-at", fail_point)->group("");
+  // Test-only: wait 2 s at a named point of an operation (tests of what readers see then).
+  app.add_option("--pause-at", pause_point)->group("");
   app.add_option("--warm-pool", warm_pools,
                  "keep N started sandboxes of a template ready: TEMPLATE=N (repeatable)");
   app.add_flag("--no-auth", no_auth,
@@ -536,6 +539,7 @@ int main(int argc, char** argv) {
   config.uid_shift = no_userns ? 0 : storage::kDefaultUidShift;
   config.crash_point = crash_point;
   config.fail_point = fail_point;
+  config.pause_point = pause_point;
   config.max_creating = max_creating;
   config.worker_threads = job_workers;
   config.default_runtime = default_runtime;

@@ -1,7 +1,10 @@
 // Kill spaced at each step of snapshot, fork, pause, suspend and wake (a test-only
 // --crash-at point exits the daemon abruptly, like SIGKILL, at that instant), restart it,
 // and check every operation ended finished or rolled back: never half-done.
+#include <sqlite3.h>
+
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "tests/integration/harness.h"
@@ -202,6 +205,20 @@ TEST_P(CrashCreateTest, EndsRunningOrRolledBack) {
   EXPECT_EQ(r->out, "after\n");
 }
 
+// Starts `d` (armed with a test hook at create.connect) and a cold create in it, not
+// waited for. Empty ids (and a test failure) if either fails.
+struct Hooked {
+  std::string id;
+  std::string op_id;
+};
+Hooked StartHookedCreate(Daemon& d) {
+  if (!d.Start()) return {};
+  auto created = d.client().Call("POST", "/v1/sandboxes", Json::object());
+  EXPECT_TRUE(created) << (created ? "" : created.error().message);
+  if (!created) return {};
+  return {(*created)["sandbox"]["id"], (*created)["operation"]["id"]};
+}
+
 // A create that fails after its end was committed (its agent never answers, by a test
 // hook): nobody polling saw it succeed or run meanwhile; the failure is committed over
 // the end in one step, so the sandbox is error and its operation failed, also after a
@@ -209,12 +226,9 @@ TEST_P(CrashCreateTest, EndsRunningOrRolledBack) {
 TEST(CreateFailureTest, AfterTheEndWasCommittedEndsFailedAndStaysFailed) {
   SPACE_REQUIRE_SANDBOXES();
   Daemon d({"--fail-at", "create.connect"});
-  ASSERT_TRUE(d.Start());
+  const auto [id, op_id] = StartHookedCreate(d);
+  ASSERT_FALSE(op_id.empty());
   auto& c = d.client();
-  auto created = c.Call("POST", "/v1/sandboxes", Json::object());
-  ASSERT_TRUE(created) << created.error().message;
-  const std::string id = (*created)["sandbox"]["id"];
-  const std::string op_id = (*created)["operation"]["id"];
   // Polled as fast as it answers until the operation ends: the store holds the end from
   // the start's first moment, but it is not told before the create has finished.
   std::set<std::string> op_states, sb_states;
@@ -246,6 +260,99 @@ TEST(CreateFailureTest, AfterTheEndWasCommittedEndsFailedAndStaysFailed) {
   d.SetExtraArgs({});
   ASSERT_TRUE(d.Start());
   check("after a restart");
+}
+
+// The state column of one row, read from spaced's database behind its back ("" if none).
+std::string StoredState(const std::string& data_dir, const std::string& table, const std::string& id) {
+  sqlite3* db = nullptr;
+  std::string out;
+  if (sqlite3_open_v2((data_dir + "/space.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_busy_timeout(db, 1000);
+    sqlite3_stmt* st = nullptr;
+    const std::string sql = "SELECT state FROM " + table + " WHERE id = ?1";
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK) {
+      sqlite3_bind_text(st, 1, id.c_str(), -1, SQLITE_TRANSIENT);
+      if (sqlite3_step(st) == SQLITE_ROW) out = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+      sqlite3_finalize(st);
+    }
+  }
+  sqlite3_close(db);
+  return out;
+}
+
+// The sum of `spaced_sandboxes` samples with state="`state`" in a /metrics text.
+double SandboxGauge(const std::string& text, const std::string& state) {
+  double sum = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("spaced_sandboxes{", 0) != 0) continue;
+    if (line.find("state=\"" + state + "\"") == std::string::npos) continue;
+    sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+// While a cold create waits for its agent (a test hook holds it there for 2 s), its end is
+// already committed: every reader still sees the sandbox creating and its operation
+// pending, including the lists filtered by state and the metrics' gauges; once the agent
+// has answered they see the end.
+TEST(CreateWindowTest, ReadersSeeTheCreateUnfinishedUntilItsAgentAnswers) {
+  SPACE_REQUIRE_SANDBOXES();
+  Daemon d({"--pause-at", "create.connect"});
+  const auto [id, op_id] = StartHookedCreate(d);
+  ASSERT_FALSE(op_id.empty());
+  auto& c = d.client();
+  // The end reaches the store while the create is held (else this test tests nothing).
+  bool stored = false;
+  for (int i = 0; i < 150 && !stored; ++i) {
+    stored = StoredState(d.data_dir(), "operations", op_id) == "succeeded" &&
+             StoredState(d.data_dir(), "sandboxes", id) == "running";
+    if (!stored) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(stored) << "the create's end was not in the store within 1.5 s";
+  auto ids_in = [&](const std::string& query) {
+    std::set<std::string> ids;
+    auto r = c.Call("GET", "/v1/operations" + query);
+    EXPECT_TRUE(r) << (r ? "" : r.error().message);
+    if (r) {
+      for (const auto& op : (*r)["operations"]) ids.insert(JsonStringOr(op, "id", ""));
+    }
+    return ids;
+  };
+  auto op = c.GetOperation(op_id);
+  ASSERT_TRUE(op) << op.error().message;
+  EXPECT_EQ(JsonStringOr(*op, "state", ""), "pending") << op->dump();
+  // A read of the sandbox does not wait for the operation that holds it.
+  const auto asked = std::chrono::steady_clock::now();
+  auto sb = c.GetSandbox(id);
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, 500ms) << "GET of the sandbox waited for its create";
+  ASSERT_TRUE(sb) << sb.error().message;
+  EXPECT_EQ(JsonStringOr(*sb, "state", ""), "creating") << sb->dump();
+  EXPECT_EQ(ids_in("?state=pending").count(op_id), 1u) << "missing from the pending operations";
+  EXPECT_EQ(ids_in("?state=succeeded").count(op_id), 0u) << "listed as succeeded early";
+  auto all = c.Call("GET", "/v1/operations");
+  ASSERT_TRUE(all) << all.error().message;
+  for (const auto& o : (*all)["operations"]) {
+    if (JsonStringOr(o, "id", "") == op_id) EXPECT_EQ(JsonStringOr(o, "state", ""), "pending") << o.dump();
+  }
+  auto metrics = c.Request("GET", "/metrics");
+  ASSERT_TRUE(metrics) << metrics.error().message;
+  EXPECT_EQ(SandboxGauge(metrics->body, "running"), 0) << metrics->body;
+  EXPECT_EQ(SandboxGauge(metrics->body, "creating"), 1) << metrics->body;
+  // Still held: the checks above ran inside the window.
+  EXPECT_EQ(StoredState(d.data_dir(), "operations", op_id), "succeeded");
+  auto done = c.WaitOperation(op_id, 60s);
+  ASSERT_TRUE(done) << done.error().message;
+  EXPECT_EQ(JsonStringOr(*done, "state", ""), "succeeded") << done->dump();
+  EXPECT_EQ(ids_in("?state=pending").count(op_id), 0u);
+  EXPECT_EQ(ids_in("?state=succeeded").count(op_id), 1u);
+  auto r = c.Run(id, Json{{"argv", {"echo", "up"}}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->out, "up\n");
+  auto metrics_after = c.Request("GET", "/metrics");
+  ASSERT_TRUE(metrics_after);
+  EXPECT_EQ(SandboxGauge(metrics_after->body, "running"), 1) << metrics_after->body;
+  EXPECT_TRUE(c.DeleteSandboxAndWait(id, 60s));
 }
 
 INSTANTIATE_TEST_SUITE_P(Points, CrashCreateTest,
