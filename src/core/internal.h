@@ -235,6 +235,9 @@ struct Platform::Impl {
   void ReapOnce();
 
   std::shared_ptr<Sandbox> Find(const std::string& id);
+  // A sandbox's record for a reader, who never waits for an operation: the live one, or,
+  // while an operation holds the sandbox, the one last committed (as Unannounced shows it).
+  Result<store::SandboxRecord> ReadRecord(Sandbox& sb, const std::string& id);
   runtime::Runtime* RuntimeFor(const store::SandboxRecord& rec);
   std::string LogDir(const std::string& sandbox_id) const;
 

@@ -135,11 +135,9 @@ void Platform::Impl::ReconcileNetwork() {
 Result<Json> Platform::GetNetwork(const std::string& id) {
   auto sb = impl_->Find(id);
   if (!sb) return Fail(Errc::kNotFound, "no sandbox " + id);
-  store::SandboxRecord rec;
-  {
-    std::lock_guard l(sb->mu);
-    rec = sb->rec;
-  }
+  auto read = impl_->ReadRecord(*sb, id);
+  if (!read) return tl::unexpected(read.error());
+  const store::SandboxRecord& rec = *read;
   Json out = StoredPolicy(rec).ToJson(false);
   if (impl_->network) {
     Json live = impl_->network->Describe(id);

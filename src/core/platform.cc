@@ -492,18 +492,16 @@ void Platform::Impl::OnAgentLost(const std::weak_ptr<Sandbox>& weak, const Error
 }
 
 Result<std::vector<store::SandboxRecord>> Platform::ListSandboxes(const SandboxFilter& f) {
-  std::vector<std::shared_ptr<Sandbox>> all;
+  std::vector<std::pair<std::string, std::shared_ptr<Sandbox>>> all;
   {
     std::lock_guard lock(impl_->mu);
-    for (auto& [id, sb] : impl_->sandboxes) all.push_back(sb);
+    for (auto& [id, sb] : impl_->sandboxes) all.emplace_back(id, sb);
   }
   std::vector<store::SandboxRecord> out;
-  for (auto& sb : all) {
-    store::SandboxRecord rec;
-    {
-      std::lock_guard l(sb->mu);
-      rec = sb->rec;
-    }
+  for (auto& [id, sb] : all) {
+    auto read = impl_->ReadRecord(*sb, id);
+    if (!read) continue;  // not committed yet, or gone meanwhile
+    store::SandboxRecord rec = std::move(*read);
     if (IsPoolMember(rec)) continue;
     if (!f.state.empty() && rec.state != f.state) continue;
     bool match = true;
@@ -522,21 +520,21 @@ Result<std::vector<store::SandboxRecord>> Platform::ListSandboxes(const SandboxF
   return out;
 }
 
+Result<store::SandboxRecord> Platform::Impl::ReadRecord(Sandbox& sb, const std::string& id) {
+  if (std::unique_lock l(sb.mu, std::try_to_lock); l.owns_lock()) return sb.rec;
+  // An operation holds it (a create waiting for its start command, a fork bringing up its
+  // children...): the record as last committed rather than a wait.
+  auto rec = store->GetSandbox(id);
+  if (rec) Unannounced(*rec);
+  return rec;
+}
+
 Result<store::SandboxRecord> Platform::GetSandbox(const std::string& id) {
   auto sb = impl_->Find(id);
   if (!sb) return Fail(Errc::kNotFound, "no sandbox " + id);
-  std::unique_lock l(sb->mu, std::try_to_lock);
-  if (!l.owns_lock()) {
-    // An operation holds it (a create waiting for its start command, a fork bringing up
-    // its children...): answer with the record as last committed rather than wait.
-    auto rec = impl_->store->GetSandbox(id);
-    if (!rec) return tl::unexpected(rec.error());
-    if (IsPoolMember(*rec)) return Fail(Errc::kNotFound, "no sandbox " + id);
-    impl_->Unannounced(*rec);
-    return rec;
-  }
-  if (IsPoolMember(sb->rec)) return Fail(Errc::kNotFound, "no sandbox " + id);
-  return sb->rec;
+  auto rec = impl_->ReadRecord(*sb, id);
+  if (rec && IsPoolMember(*rec)) return Fail(Errc::kNotFound, "no sandbox " + id);
+  return rec;
 }
 
 Result<store::OperationRecord> Platform::DeleteSandbox(const std::string& id) {

@@ -322,12 +322,24 @@ TEST(CreateWindowTest, ReadersSeeTheCreateUnfinishedUntilItsAgentAnswers) {
   auto op = c.GetOperation(op_id);
   ASSERT_TRUE(op) << op.error().message;
   EXPECT_EQ(JsonStringOr(*op, "state", ""), "pending") << op->dump();
-  // A read of the sandbox does not wait for the operation that holds it.
+  // A read of the sandbox (alone, in the list, its network) does not wait for the
+  // operation that holds it.
   const auto asked = std::chrono::steady_clock::now();
   auto sb = c.GetSandbox(id);
   EXPECT_LT(std::chrono::steady_clock::now() - asked, 500ms) << "GET of the sandbox waited for its create";
   ASSERT_TRUE(sb) << sb.error().message;
   EXPECT_EQ(JsonStringOr(*sb, "state", ""), "creating") << sb->dump();
+  const auto listed_at = std::chrono::steady_clock::now();
+  auto listed = c.Call("GET", "/v1/sandboxes");
+  EXPECT_LT(std::chrono::steady_clock::now() - listed_at, 500ms) << "the list waited for the create";
+  ASSERT_TRUE(listed) << listed.error().message;
+  ASSERT_EQ((*listed)["sandboxes"].size(), 1u) << listed->dump();
+  EXPECT_EQ(JsonStringOr((*listed)["sandboxes"][0], "state", ""), "creating") << listed->dump();
+  const auto net_at = std::chrono::steady_clock::now();
+  auto net = c.Call("GET", "/v1/sandboxes/" + id + "/network");
+  EXPECT_LT(std::chrono::steady_clock::now() - net_at, 500ms) << "the network read waited for the create";
+  ASSERT_TRUE(net) << net.error().message;
+  EXPECT_EQ(JsonStringOr(*net, "mode", ""), "none") << net->dump();
   EXPECT_EQ(ids_in("?state=pending").count(op_id), 1u) << "missing from the pending operations";
   EXPECT_EQ(ids_in("?state=succeeded").count(op_id), 0u) << "listed as succeeded early";
   auto all = c.Call("GET", "/v1/operations");
