@@ -211,9 +211,9 @@ struct Hooked {
   std::string id;
   std::string op_id;
 };
-Hooked StartHookedCreate(Daemon& d) {
+Hooked StartHookedCreate(Daemon& d, const Json& body = Json::object()) {
   if (!d.Start()) return {};
-  auto created = d.client().Call("POST", "/v1/sandboxes", Json::object());
+  auto created = d.client().Call("POST", "/v1/sandboxes", body);
   EXPECT_TRUE(created) << (created ? "" : created.error().message);
   if (!created) return {};
   return {(*created)["sandbox"]["id"], (*created)["operation"]["id"]};
@@ -299,7 +299,7 @@ double SandboxGauge(const std::string& text, const std::string& state) {
 TEST(CreateWindowTest, ReadersSeeTheCreateUnfinishedUntilItsAgentAnswers) {
   SPACE_REQUIRE_SANDBOXES();
   Daemon d({"--pause-at", "create.connect"});
-  const auto [id, op_id] = StartHookedCreate(d);
+  const auto [id, op_id] = StartHookedCreate(d, {{"metadata", {{"suite", "window"}}}});
   ASSERT_FALSE(op_id.empty());
   auto& c = d.client();
   // The end reaches the store while the create is held (else this test tests nothing).
@@ -347,6 +347,16 @@ TEST(CreateWindowTest, ReadersSeeTheCreateUnfinishedUntilItsAgentAnswers) {
   for (const auto& o : (*all)["operations"]) {
     if (JsonStringOr(o, "id", "") == op_id) EXPECT_EQ(JsonStringOr(o, "state", ""), "pending") << o.dump();
   }
+  // A bulk delete does not wait for the create either: the sandbox is busy, as for its
+  // own DELETE, and stays.
+  const auto bulk_at = std::chrono::steady_clock::now();
+  auto bulk = c.Call("DELETE", "/v1/sandboxes?label=suite=window");
+  EXPECT_LT(std::chrono::steady_clock::now() - bulk_at, 500ms) << "the bulk delete waited for the create";
+  ASSERT_TRUE(bulk) << bulk.error().message;
+  EXPECT_EQ((*bulk)["count"], 0) << bulk->dump();
+  ASSERT_EQ((*bulk)["errors"].size(), 1u) << bulk->dump();
+  EXPECT_EQ(JsonStringOr((*bulk)["errors"][0], "sandbox_id", ""), id) << bulk->dump();
+  EXPECT_EQ(JsonStringOr((*bulk)["errors"][0]["error"], "code", ""), "conflict") << bulk->dump();
   auto metrics = c.Request("GET", "/metrics");
   ASSERT_TRUE(metrics) << metrics.error().message;
   EXPECT_EQ(SandboxGauge(metrics->body, "running"), 0) << metrics->body;
