@@ -46,6 +46,54 @@ TEST_F(AgentTest, ExecArgvAndShellWithEnvAndCwd) {
   EXPECT_EQ(o.exit["stdout_end"], o.out.size());
 }
 
+// A bare name is found where execvp would find it (the agent looks it up itself and lets
+// execvp have the last word): past a file nobody may execute and a directory of that name,
+// a script without an interpreter line runs under /bin/sh; a relative PATH directory is
+// taken from the command's cwd.
+TEST_F(AgentTest, BareNamesResolveAsExecvpDoes) {
+  StartAgent();
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  const std::string t = tmp_.path();
+  for (const char* d : {"/noexec", "/isdir/tool", "/plain", "/shebang", "/cwd/rel"})
+    ASSERT_TRUE(sys::MkdirAll(t + d));
+  ASSERT_TRUE(sys::WriteFileAtomic(t + "/noexec/tool", "#!/bin/sh\necho noexec\n"));
+  ::chmod((t + "/noexec/tool").c_str(), 0644);
+  ASSERT_TRUE(sys::WriteFileAtomic(t + "/plain/tool", "echo plain \"$@\"\n"));
+  ::chmod((t + "/plain/tool").c_str(), 0755);
+  ASSERT_TRUE(sys::WriteFileAtomic(t + "/shebang/tool", "#!/bin/sh\necho shebang\n"));
+  ::chmod((t + "/shebang/tool").c_str(), 0755);
+  ASSERT_TRUE(sys::WriteFileAtomic(t + "/cwd/rel/tool", "#!/bin/sh\necho relative\n"));
+  ::chmod((t + "/cwd/rel/tool").c_str(), 0755);
+  const std::string path = t + "/noexec:" + t + "/isdir:" + t + "/plain:" + t + "/shebang";
+  auto o = Run(*c, 1, {{"argv", {"tool", "a1"}}, {"env", {{"PATH", path}}}});
+  EXPECT_EQ(o.out, "plain a1\n") << o.err;
+  o = Run(*c, 2, {{"argv", {"tool"}}, {"env", {{"PATH", t + "/noexec:" + t + "/shebang"}}}});
+  EXPECT_EQ(o.out, "shebang\n") << o.err;
+  o = Run(*c, 3, {{"argv", {"tool"}}, {"env", {{"PATH", "rel:" + t + "/shebang"}}}, {"cwd", t + "/cwd"}});
+  EXPECT_EQ(o.out, "relative\n") << o.err;
+  // Only a file nobody may execute and a directory: execvp's answer, permission denied.
+  Json r = Exec(*c, 4, {{"argv", {"tool"}}, {"env", {{"PATH", t + "/noexec:" + t + "/isdir"}}}});
+  EXPECT_EQ(ErrorCode(r), "permission_denied") << r.dump();
+  r = Exec(*c, 4, {{"argv", {"tool"}}, {"env", {{"PATH", t + "/nothing-here"}}}});
+  EXPECT_EQ(ErrorCode(r), "not_found") << r.dump();
+}
+
+// A command starts with every signal at its default and none blocked, whatever the agent
+// itself ignores (SIGPIPE), catches or blocks.
+TEST_F(AgentTest, CommandsStartWithDefaultSignals) {
+  StartAgent();
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  auto o = Run(*c, 1, {{"argv", {"cat", "/proc/self/status"}}});
+  for (const char* field : {"SigBlk:", "SigIgn:", "SigCgt:"}) {
+    const size_t at = o.out.find(field);
+    ASSERT_NE(at, std::string::npos) << o.out;
+    const std::string line = o.out.substr(at, o.out.find('\n', at) - at);
+    EXPECT_NE(line.find("0000000000000000"), std::string::npos) << line;
+  }
+}
+
 TEST_F(AgentTest, StdoutAndStderrAreSeparateWithOwnOffsets) {
   StartAgent();
   auto c = Connect();
