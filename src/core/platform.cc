@@ -646,17 +646,22 @@ Result<std::vector<store::OperationRecord>> Platform::ListOperations(size_t limi
   if (!ops) return ops;
   for (auto& op : *ops) impl_->Unannounced(op);
   if (state.empty()) return ops;
-  // A create whose end is committed but not yet announced is pending to every reader:
-  // the store filtered it out as succeeded, so it comes from the unannounced ones.
+  // A create whose end is committed but not yet announced is in the state it was in to
+  // every reader: the store filtered it by its committed end, so it comes from the
+  // unannounced ones (and goes from the others).
   std::erase_if(*ops, [&](const auto& op) { return op.state != state; });
-  if (state == "pending") {
-    std::set<std::string> have;
-    for (const auto& op : *ops) have.insert(op.id);
-    {
-      std::lock_guard l(impl_->unannounced_mu);
-      for (const auto& [target, op] : impl_->unannounced)
-        if (!have.count(op.id)) ops->push_back(op);
+  std::set<std::string> have;
+  for (const auto& op : *ops) have.insert(op.id);
+  bool added = false;
+  {
+    std::lock_guard l(impl_->unannounced_mu);
+    for (const auto& [target, op] : impl_->unannounced) {
+      if (op.state != state || have.count(op.id)) continue;
+      ops->push_back(op);
+      added = true;
     }
+  }
+  if (added) {
     // The store's order: newest first.
     std::sort(ops->begin(), ops->end(), [](const auto& a, const auto& b) {
       return a.created_ms != b.created_ms ? a.created_ms > b.created_ms : a.id < b.id;
