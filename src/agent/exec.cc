@@ -115,6 +115,22 @@ Result<std::pair<sys::UniqueFd, sys::UniqueFd>> OpenPty(ExecRequest::PtySize siz
   return std::make_pair(std::move(master), std::move(slave));
 }
 
+// The kernel's own sigaction, used instead of glibc's: glibc refuses (EINVAL) the two
+// real-time signals it keeps for itself (32 and 33), yet whoever started the agent may have
+// left them ignored, and an ignored signal stays ignored across exec. All zeros is SIG_DFL
+// with no flags and an empty mask; only the handler, the first field, is ever read.
+struct KernelSigaction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)();
+  uint64_t mask;
+};
+
+bool KernelDefault(int sig) {
+  KernelSigaction dfl = {};
+  return ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask) == 0;
+}
+
 // The signals whose disposition is not SIG_DFL in the agent. The agent sets its own up
 // before it runs any command and never changes them after, so they are read once; a
 // command's child then puts back only these (a handful) instead of making a system call for
@@ -123,8 +139,10 @@ const std::vector<int>& ChangedSignals() {
   static const std::vector<int> changed = [] {
     std::vector<int> out;
     for (int s = 1; s < NSIG; ++s) {
-      struct sigaction sa = {};
-      if (::sigaction(s, nullptr, &sa) == 0 && sa.sa_handler != SIG_DFL) out.push_back(s);
+      KernelSigaction sa = {};
+      if (::syscall(SYS_rt_sigaction, s, nullptr, &sa, sizeof sa.mask) == 0 &&
+          sa.handler != SIG_DFL)
+        out.push_back(s);
     }
     return out;
   }();
@@ -350,7 +368,7 @@ Result<StartedCommand> StartCommand(const ExecRequest& req) {
     if (pty && ::ioctl(child_in, TIOCSCTTY, 0) < 0) ChildFail(status_fd, kStageSetup, errno);
     // Default dispositions first, then the agent's blocked signals unblocked: none of the
     // agent's handlers can run here.
-    for (int s : changed_signals) ::signal(s, SIG_DFL);
+    for (int s : changed_signals) KernelDefault(s);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
