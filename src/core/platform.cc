@@ -642,7 +642,14 @@ Result<store::OperationRecord> Platform::GetOperation(const std::string& id) {
 
 Result<std::vector<store::OperationRecord>> Platform::ListOperations(size_t limit,
                                                                     const std::string& state) {
-  auto ops = impl_->store->ListOperations(limit, state);
+  // Filtered by state, the store's answer may hold unannounced creates that go from it
+  // below: asked for that many more, the list still has `limit` entries when it can.
+  size_t extra = 0;
+  if (!state.empty() && limit > 0) {
+    std::lock_guard l(impl_->unannounced_mu);
+    extra = impl_->unannounced.size();
+  }
+  auto ops = impl_->store->ListOperations(limit > 0 ? limit + extra : 0, state);
   if (!ops) return ops;
   for (auto& op : *ops) impl_->Unannounced(op);
   if (state.empty()) return ops;
@@ -666,8 +673,8 @@ Result<std::vector<store::OperationRecord>> Platform::ListOperations(size_t limi
     std::sort(ops->begin(), ops->end(), [](const auto& a, const auto& b) {
       return a.created_ms != b.created_ms ? a.created_ms > b.created_ms : a.id < b.id;
     });
-    if (limit > 0 && ops->size() > limit) ops->resize(limit);
   }
+  if (limit > 0 && ops->size() > limit) ops->resize(limit);
   return ops;
 }
 

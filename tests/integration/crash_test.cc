@@ -299,9 +299,20 @@ double SandboxGauge(const std::string& text, const std::string& state) {
 TEST(CreateWindowTest, ReadersSeeTheCreateUnfinishedUntilItsAgentAnswers) {
   SPACE_REQUIRE_SANDBOXES();
   Daemon d({"--pause-at", "create.connect"});
-  const auto [id, op_id] = StartHookedCreate(d, {{"metadata", {{"suite", "window"}}}});
-  ASSERT_FALSE(op_id.empty());
+  ASSERT_TRUE(d.Start());
   auto& c = d.client();
+  // An operation that ended before: a list of the succeeded ones limited to one is that.
+  auto before = c.Call("POST", "/v1/sandboxes?wait=60s", Json::object());
+  ASSERT_TRUE(before) << before.error().message;
+  const std::string before_id = (*before)["sandbox"]["id"];
+  auto gone = c.Call("DELETE", "/v1/sandboxes/" + before_id + "?wait=60s");
+  ASSERT_TRUE(gone) << gone.error().message;
+  const std::string before_op = (*gone)["operation"]["id"];
+  ASSERT_EQ(JsonStringOr((*gone)["operation"], "state", ""), "succeeded") << gone->dump();
+  const Json body = {{"metadata", {{"suite", "window"}}}};
+  auto created = c.Call("POST", "/v1/sandboxes", body);
+  ASSERT_TRUE(created) << created.error().message;
+  const std::string id = (*created)["sandbox"]["id"], op_id = (*created)["operation"]["id"];
   // The end reaches the store while the create is held (else this test tests nothing).
   bool stored = false;
   for (int i = 0; i < 150 && !stored; ++i) {
@@ -342,10 +353,14 @@ TEST(CreateWindowTest, ReadersSeeTheCreateUnfinishedUntilItsAgentAnswers) {
   EXPECT_EQ(JsonStringOr(*net, "mode", ""), "none") << net->dump();
   EXPECT_EQ(ids_in("?state=pending").count(op_id), 1u) << "missing from the pending operations";
   EXPECT_EQ(ids_in("?state=succeeded").count(op_id), 0u) << "listed as succeeded early";
+  EXPECT_EQ(ids_in("?state=succeeded&limit=1"), std::set<std::string>{before_op})
+      << "the newest succeeded operation before the create";
   auto all = c.Call("GET", "/v1/operations");
   ASSERT_TRUE(all) << all.error().message;
   for (const auto& o : (*all)["operations"]) {
-    if (JsonStringOr(o, "id", "") == op_id) EXPECT_EQ(JsonStringOr(o, "state", ""), "pending") << o.dump();
+    if (JsonStringOr(o, "id", "") == op_id) {
+      EXPECT_EQ(JsonStringOr(o, "state", ""), "pending") << o.dump();
+    }
   }
   // A bulk delete does not wait for the create either: the sandbox is busy, as for its
   // own DELETE, and stays.
